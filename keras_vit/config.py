@@ -1,0 +1,168 @@
+"""`ViTConfig`: the one description of a Vision Transformer that every model is built from."""
+
+import dataclasses
+from typing import Optional, Tuple, Union
+
+CLASSIFIERS = ("token", "gap")
+
+# Official ViT inputs: pixels in [0, 255] mapped to [-1, 1], i.e. (x - 127.5) / 127.5.
+OFFICIAL_MEAN = (127.5, 127.5, 127.5)
+OFFICIAL_STD = (127.5, 127.5, 127.5)
+
+
+def _pair(value, name):
+    if isinstance(value, int):
+        return (value, value)
+    value = tuple(value)
+    if len(value) != 2 or not all(isinstance(v, int) for v in value):
+        raise ValueError(f"`{name}` must be an int or a pair of ints (height, width); got {value!r}.")
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class ViTConfig:
+    """Hyper-parameters of a ViT (paper Table 1 plus the options of the official release).
+
+    Args:
+        image_size: input resolution, an int or (height, width).
+        patch_size: patch side P, an int or (height, width). For the hybrid this is the
+            patch size on the ResNet feature map (1 in the paper's R50+ViT models).
+        hidden_size: token width D.
+        num_layers: number of encoder blocks L.
+        num_heads: attention heads; must divide `hidden_size`.
+        mlp_dim: hidden width of the block MLP (4D in the paper).
+        num_classes: logits of the head; 0 gives a headless model that returns features.
+        classifier: "token" (class token, read after the final LayerNorm) or "gap"
+            (no class token, mean over patch tokens after the final LayerNorm).
+        representation_size: width of the pre-logits Dense+tanh layer used in
+            pre-training; None for none.
+        dropout_rate: dropout after the position embedding and after each MLP Dense.
+        attention_dropout_rate: dropout on the attention probabilities.
+        drop_path_rate: stochastic depth of the last block (linear schedule from 0).
+        layer_scale_init: initial LayerScale value (e.g. 1e-5); None disables LayerScale.
+        layer_norm_epsilon: epsilon of every LayerNorm (1e-6 in the reference).
+        gelu_approximate: tanh GELU approximation instead of the exact erf form.
+        qkv_bias: biases on the query/key/value projections.
+        channels: input channels (3 for RGB, 1 for grayscale).
+        resnet_layers: units per ResNet stage for the hybrid, e.g. (3, 4, 9); None for a
+            pure ViT.
+        resnet_width: width of the ResNet root (64 for R50).
+        normalize_inputs: map pixels from [0, 255] with `input_mean`/`input_std` inside the model.
+        input_mean, input_std: per-channel statistics in pixel units [0, 255].
+    """
+
+    image_size: Union[int, Tuple[int, int]] = 224
+    patch_size: Union[int, Tuple[int, int]] = 16
+    hidden_size: int = 768
+    num_layers: int = 12
+    num_heads: int = 12
+    mlp_dim: int = 3072
+    num_classes: int = 1000
+    classifier: str = "token"
+    representation_size: Optional[int] = None
+    dropout_rate: float = 0.0
+    attention_dropout_rate: float = 0.0
+    drop_path_rate: float = 0.0
+    layer_scale_init: Optional[float] = None
+    layer_norm_epsilon: float = 1e-6
+    gelu_approximate: bool = False
+    qkv_bias: bool = True
+    channels: int = 3
+    resnet_layers: Optional[Tuple[int, ...]] = None
+    resnet_width: int = 64
+    normalize_inputs: bool = True
+    input_mean: Tuple[float, ...] = OFFICIAL_MEAN
+    input_std: Tuple[float, ...] = OFFICIAL_STD
+
+    def __post_init__(self):
+        set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731  (frozen dataclass)
+        set_("image_size", _pair(self.image_size, "image_size"))
+        set_("patch_size", _pair(self.patch_size, "patch_size"))
+        if self.resnet_layers is not None:
+            set_("resnet_layers", tuple(int(n) for n in self.resnet_layers))
+        set_("input_mean", tuple(float(v) for v in self.input_mean))
+        set_("input_std", tuple(float(v) for v in self.input_std))
+        self._validate()
+
+    def _validate(self):
+        for name in ("hidden_size", "num_layers", "num_heads", "mlp_dim", "channels"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"`{name}` must be a positive integer; got {getattr(self, name)!r}.")
+        if self.num_classes < 0:
+            raise ValueError(f"`num_classes` must be >= 0 (0 for no head); got {self.num_classes}.")
+        if self.hidden_size % self.num_heads:
+            raise ValueError(
+                f"hidden_size={self.hidden_size} is not divisible by num_heads={self.num_heads}; "
+                f"choose num_heads among the divisors of {self.hidden_size} "
+                f"(e.g. {_nearest_divisor(self.hidden_size, self.num_heads)})."
+            )
+        if self.classifier not in CLASSIFIERS:
+            raise ValueError(f"`classifier` must be one of {CLASSIFIERS}; got {self.classifier!r}.")
+        feature = self.feature_size
+        for axis, (size, patch) in enumerate(zip(feature, self.patch_size)):
+            if patch < 1 or size % patch:
+                which = "height" if axis == 0 else "width"
+                stride = "" if self.resnet_layers is None else f" (ResNet feature map of {feature})"
+                raise ValueError(
+                    f"image {which} {self.image_size[axis]}{stride} is not divisible by patch size "
+                    f"{patch}; use an image size that is a multiple of {patch * self.backbone_stride}, "
+                    f"e.g. {max(1, round(size / patch)) * patch * self.backbone_stride}."
+                )
+        for name in ("dropout_rate", "attention_dropout_rate", "drop_path_rate"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"`{name}` must be in [0, 1); got {getattr(self, name)}.")
+        if len(self.input_mean) != self.channels or len(self.input_std) != self.channels:
+            raise ValueError(
+                f"`input_mean` and `input_std` need one value per channel ({self.channels}); "
+                f"got {len(self.input_mean)} and {len(self.input_std)}."
+            )
+
+    @property
+    def backbone_stride(self):
+        """Downsampling of the hybrid ResNet stem (1 for a pure ViT)."""
+        if self.resnet_layers is None:
+            return 1
+        return 4 * 2 ** (len(self.resnet_layers) - 1)
+
+    @property
+    def feature_size(self):
+        """Spatial size of what the patch embedding sees (the image, or the ResNet map)."""
+        s = self.backbone_stride
+        # The ResNet convolutions and pooling use SAME padding: ceil division.
+        return tuple(-(-size // s) for size in self.image_size)
+
+    @property
+    def grid_size(self):
+        """Patch grid (rows, columns)."""
+        return tuple(f // p for f, p in zip(self.feature_size, self.patch_size))
+
+    @property
+    def num_patches(self):
+        return self.grid_size[0] * self.grid_size[1]
+
+    @property
+    def num_prefix_tokens(self):
+        return 1 if self.classifier == "token" else 0
+
+    def replace(self, **changes):
+        """A copy with some fields changed (validated again)."""
+        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
+        if unknown:
+            raise ValueError(f"unknown ViTConfig field(s): {sorted(unknown)}")
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self):
+        """JSON-friendly dict (tuples become lists) accepted by `from_dict`."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, values):
+        unknown = set(values) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ValueError(f"unknown ViTConfig field(s): {sorted(unknown)}")
+        return cls(**values)
+
+
+def _nearest_divisor(n, target):
+    divisors = [d for d in range(1, n + 1) if n % d == 0]
+    return min(divisors, key=lambda d: (abs(d - target), d))

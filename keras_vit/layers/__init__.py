@@ -1,0 +1,29 @@
+"""Keras 3 layers of the Vision Transformer (backend-agnostic, all serialisable)."""
+
+from keras_vit.layers.attention import MultiHeadSelfAttention
+from keras_vit.layers.class_token import ClassToken
+from keras_vit.layers.drop_path import DropPath
+from keras_vit.layers.encoder_block import EncoderBlock
+from keras_vit.layers.layer_scale import LayerScale
+from keras_vit.layers.mlp import MLP
+from keras_vit.layers.normalization import ImageNormalization
+from keras_vit.layers.patch_embedding import PatchEmbedding
+from keras_vit.layers.pooling import TokenPooling
+from keras_vit.layers.position_embedding import PositionEmbedding
+from keras_vit.layers.resnet import BottleneckUnit, ResNetStem, StdConv2D
+
+__all__ = [
+    "BottleneckUnit",
+    "ClassToken",
+    "DropPath",
+    "EncoderBlock",
+    "ImageNormalization",
+    "LayerScale",
+    "MLP",
+    "MultiHeadSelfAttention",
+    "PatchEmbedding",
+    "PositionEmbedding",
+    "ResNetStem",
+    "StdConv2D",
+    "TokenPooling",
+]

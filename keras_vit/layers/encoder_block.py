@@ -1,0 +1,90 @@
+"""One pre-norm Transformer encoder block: z' = z + MSA(LN(z)); z = z' + MLP(LN(z'))."""
+
+import keras
+
+from keras_vit.layers.attention import MultiHeadSelfAttention
+from keras_vit.layers.drop_path import DropPath
+from keras_vit.layers.layer_scale import LayerScale
+from keras_vit.layers.mlp import MLP
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class EncoderBlock(keras.layers.Layer):
+    """Pre-norm block with optional LayerScale and stochastic depth on both branches.
+
+    Call with `return_attention_scores=True` to get `(tokens, attention_probabilities)`.
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        mlp_dim,
+        dropout_rate=0.0,
+        attention_dropout_rate=0.0,
+        drop_path_rate=0.0,
+        layer_scale_init=None,
+        layer_norm_epsilon=1e-6,
+        gelu_approximate=False,
+        qkv_bias=True,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_heads = int(num_heads)
+        self.mlp_dim = int(mlp_dim)
+        self.dropout_rate = float(dropout_rate)
+        self.attention_dropout_rate = float(attention_dropout_rate)
+        self.drop_path_rate = float(drop_path_rate)
+        self.layer_scale_init = layer_scale_init
+        self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.gelu_approximate = bool(gelu_approximate)
+        self.qkv_bias = bool(qkv_bias)
+        policy = self.dtype_policy
+        self.norm1 = keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon, dtype=policy, name="norm1")
+        self.attention = MultiHeadSelfAttention(
+            self.num_heads, self.attention_dropout_rate, self.qkv_bias, dtype=policy, name="attention"
+        )
+        self.attention_dropout = keras.layers.Dropout(self.dropout_rate, dtype=policy)
+        self.norm2 = keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon, dtype=policy, name="norm2")
+        self.mlp = MLP(self.mlp_dim, self.dropout_rate, self.gelu_approximate, dtype=policy, name="mlp")
+        self.drop_path = DropPath(self.drop_path_rate, dtype=policy)
+        if layer_scale_init is None:
+            self.scale1 = self.scale2 = None
+        else:
+            self.scale1 = LayerScale(layer_scale_init, dtype=policy, name="scale1")
+            self.scale2 = LayerScale(layer_scale_init, dtype=policy, name="scale2")
+
+    def build(self, input_shape):
+        for layer in (self.norm1, self.attention, self.norm2, self.mlp):
+            layer.build(input_shape)
+        for layer in (self.scale1, self.scale2):
+            if layer is not None:
+                layer.build(input_shape)
+
+    def call(self, x, training=None, return_attention_scores=False):
+        y = self.attention(self.norm1(x), training=training, return_attention_scores=return_attention_scores)
+        y, probs = y if return_attention_scores else (y, None)
+        x = x + self._branch(self.attention_dropout(y, training=training), self.scale1, training)
+        x = x + self._branch(self.mlp(self.norm2(x), training=training), self.scale2, training)
+        return (x, probs) if return_attention_scores else x
+
+    def _branch(self, y, scale, training):
+        if scale is not None:
+            y = scale(y)
+        return self.drop_path(y, training=training)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "num_heads": self.num_heads,
+            "mlp_dim": self.mlp_dim,
+            "dropout_rate": self.dropout_rate,
+            "attention_dropout_rate": self.attention_dropout_rate,
+            "drop_path_rate": self.drop_path_rate,
+            "layer_scale_init": self.layer_scale_init,
+            "layer_norm_epsilon": self.layer_norm_epsilon,
+            "gelu_approximate": self.gelu_approximate,
+            "qkv_bias": self.qkv_bias,
+        }

@@ -1,0 +1,43 @@
+"""The encoder block's MLP: Dense(mlp_dim) - GELU - Dropout - Dense(D) - Dropout."""
+
+import keras
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class MLP(keras.layers.Layer):
+    """Two Dense layers with GELU between, dropout after each (official init:
+    Xavier-uniform kernels, biases ~ N(0, 1e-6))."""
+
+    def __init__(self, mlp_dim, dropout_rate=0.0, gelu_approximate=False, **kwargs):
+        super().__init__(**kwargs)
+        self.mlp_dim = int(mlp_dim)
+        self.dropout_rate = float(dropout_rate)
+        self.gelu_approximate = bool(gelu_approximate)
+        self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
+
+    def build(self, input_shape):
+        dense = dict(
+            kernel_initializer="glorot_uniform",
+            bias_initializer=keras.initializers.RandomNormal(stddev=1e-6),
+            dtype=self.dtype_policy,
+        )
+        self.fc1 = keras.layers.Dense(self.mlp_dim, name="fc1", **dense)
+        self.fc2 = keras.layers.Dense(input_shape[-1], name="fc2", **dense)
+        self.fc1.build(input_shape)
+        self.fc2.build(tuple(input_shape[:-1]) + (self.mlp_dim,))
+
+    def call(self, x, training=None):
+        x = keras.activations.gelu(self.fc1(x), approximate=self.gelu_approximate)
+        x = self.dropout(x, training=training)
+        return self.dropout(self.fc2(x), training=training)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "mlp_dim": self.mlp_dim,
+            "dropout_rate": self.dropout_rate,
+            "gelu_approximate": self.gelu_approximate,
+        }

@@ -1,0 +1,168 @@
+"""`ViT`: the Vision Transformer as a functional `keras.Model`."""
+
+import keras
+import numpy as np
+
+from keras_vit import layers as vit_layers
+from keras_vit import presets
+from keras_vit.config import ViTConfig
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class ViT(keras.Model):
+    """Vision Transformer (Dosovitskiy et al., ICLR 2021), built from a `ViTConfig`.
+
+    A functional model from images `(batch, H, W, C)` with pixel values in [0, 255] to
+    float32 logits `(batch, num_classes)` (or pooled features when `num_classes=0`).
+    Layers, in order: `normalization`, `resnet` (hybrid only), `patch_embedding`,
+    `class_token`, `position_embedding`, `embedding_dropout`, `block_0`..`block_{L-1}`,
+    `encoder_norm`, `pooling`, `pre_logits` (optional), `head`.
+
+    Args:
+        config: a `ViTConfig` (or its dict form); defaults to ViT-B/16.
+        dtype: dtype policy of the layers, e.g. "mixed_bfloat16"; logits stay float32.
+    """
+
+    def __init__(self, config=None, dtype=None, **kwargs):
+        if config is None:
+            config = ViTConfig()
+        elif isinstance(config, dict):
+            config = ViTConfig.from_dict(config)
+        elif not isinstance(config, ViTConfig):
+            raise TypeError(f"`config` must be a ViTConfig or a dict; got {type(config).__name__}.")
+        kwargs.setdefault("name", "vit")
+        parts = _Parts(config, dtype)
+        images = keras.Input(shape=config.image_size + (config.channels,), name="images")
+        outputs = parts.head(parts.encode(images)[0])
+        super().__init__(inputs=images, outputs=outputs, dtype=dtype, **kwargs)
+        self.config = config
+        self._parts = parts
+        self._attention_model = None
+
+    @classmethod
+    def from_preset(cls, name, dtype=None, **overrides):
+        """Builds preset `name` (see `keras_vit.list_presets()`), any config field overridden,
+        e.g. `ViT.from_preset("vit_b16", num_classes=10, image_size=384)`."""
+        return cls(presets.get_config(name, **overrides), dtype=dtype)
+
+    def attention_model(self):
+        """A model sharing this one's weights: images -> list of L attention probabilities,
+        each `(batch, heads, tokens, tokens)` in float32 (rows sum to 1)."""
+        if self._attention_model is None:
+            images = keras.Input(shape=self.config.image_size + (self.config.channels,), name="images")
+            _, probabilities = self._parts.encode(images, return_attention_scores=True)
+            self._attention_model = keras.Model(images, probabilities, name=f"{self.name}_attention")
+        return self._attention_model
+
+    def attention_probabilities(self, images, batch_size=None):
+        """Every block's attention probabilities for `images`, as a list of numpy arrays."""
+        outputs = self.attention_model().predict(images, batch_size=batch_size, verbose=0)
+        return list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+
+    def resized(self, image_size):
+        """A copy built for another input resolution with all weights carried over; the
+        position embeddings are resampled to the new patch grid (paper section 3.2)."""
+        new = ViT(self.config.replace(image_size=image_size), dtype=self.dtype_policy, name=self.name)
+        for source, target in zip(self.layers, new.layers):
+            if isinstance(target, vit_layers.PositionEmbedding):
+                target.assign_resampled(keras.ops.convert_to_numpy(source.embedding), source.grid_size)
+            else:
+                target.set_weights(source.get_weights())
+        return new
+
+    def get_config(self):
+        return {
+            "config": self.config.to_dict(),
+            "dtype": keras.saving.serialize_keras_object(self.dtype_policy),
+            "name": self.name,
+            "trainable": self.trainable,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if isinstance(config.get("dtype"), dict):
+            config["dtype"] = keras.saving.deserialize_keras_object(config["dtype"])
+        return cls(**config)
+
+
+class _Parts:
+    """The layers of one ViT and the two ways of wiring them (plain, or with attention)."""
+
+    def __init__(self, config, dtype):
+        c, d = config, dtype
+        self.config = c
+        self.normalization = (
+            vit_layers.ImageNormalization(c.input_mean, c.input_std, dtype=d, name="normalization")
+            if c.normalize_inputs
+            else None
+        )
+        self.resnet = (
+            vit_layers.ResNetStem(c.resnet_layers, c.resnet_width, dtype=d, name="resnet")
+            if c.resnet_layers is not None
+            else None
+        )
+        self.patch_embedding = vit_layers.PatchEmbedding(c.hidden_size, c.patch_size, dtype=d, name="patch_embedding")
+        self.class_token = vit_layers.ClassToken(dtype=d, name="class_token") if c.num_prefix_tokens else None
+        self.position_embedding = vit_layers.PositionEmbedding(
+            c.grid_size, c.num_prefix_tokens, dtype=d, name="position_embedding"
+        )
+        self.embedding_dropout = keras.layers.Dropout(c.dropout_rate, dtype=d, name="embedding_dropout")
+        self.blocks = [
+            vit_layers.EncoderBlock(
+                c.num_heads,
+                c.mlp_dim,
+                dropout_rate=c.dropout_rate,
+                attention_dropout_rate=c.attention_dropout_rate,
+                drop_path_rate=c.drop_path_rate * i / max(c.num_layers - 1, 1),  # linear schedule
+                layer_scale_init=c.layer_scale_init,
+                layer_norm_epsilon=c.layer_norm_epsilon,
+                gelu_approximate=c.gelu_approximate,
+                qkv_bias=c.qkv_bias,
+                dtype=d,
+                name=f"block_{i}",
+            )
+            for i in range(c.num_layers)
+        ]
+        self.encoder_norm = keras.layers.LayerNormalization(epsilon=c.layer_norm_epsilon, dtype=d, name="encoder_norm")
+        self.pooling = vit_layers.TokenPooling(c.classifier, c.num_prefix_tokens, dtype=d, name="pooling")
+        self.pre_logits = (
+            keras.layers.Dense(
+                c.representation_size, activation="tanh", kernel_initializer="lecun_normal", dtype=d, name="pre_logits"
+            )
+            if c.representation_size
+            else None
+        )
+        # Zero head as in the reference; float32 so logits are float32 under mixed precision.
+        self.classifier = (
+            keras.layers.Dense(c.num_classes, kernel_initializer="zeros", dtype="float32", name="head")
+            if c.num_classes
+            else None
+        )
+
+    def encode(self, images, return_attention_scores=False):
+        """images -> (final normalised tokens, list of attention probabilities or None)."""
+        x = images
+        for layer in (self.normalization, self.resnet, self.patch_embedding, self.class_token):
+            if layer is not None:
+                x = layer(x)
+        x = self.embedding_dropout(self.position_embedding(x))
+        probabilities = [] if return_attention_scores else None
+        for block in self.blocks:
+            if return_attention_scores:
+                x, p = block(x, return_attention_scores=True)
+                probabilities.append(p)
+            else:
+                x = block(x)
+        return self.encoder_norm(x), probabilities
+
+    def head(self, tokens):
+        x = self.pooling(tokens)
+        if self.pre_logits is not None:
+            x = self.pre_logits(x)
+        return self.classifier(x) if self.classifier is not None else x
+
+
+def count_params(model):
+    """Total number of weights of a model (trainable and not)."""
+    return int(sum(np.prod(w.shape) for w in model.weights))

@@ -1,0 +1,53 @@
+"""The presets table: every ViT variant of the paper and of the official release."""
+
+import difflib
+
+from keras_vit.config import ViTConfig
+
+_TI = dict(hidden_size=192, num_layers=12, num_heads=3, mlp_dim=768)
+_S = dict(hidden_size=384, num_layers=12, num_heads=6, mlp_dim=1536)
+_B = dict(hidden_size=768, num_layers=12, num_heads=12, mlp_dim=3072)
+_L = dict(hidden_size=1024, num_layers=24, num_heads=16, mlp_dim=4096)
+_H = dict(hidden_size=1280, num_layers=32, num_heads=16, mlp_dim=5120)
+
+# name -> (description, ViTConfig fields). Parameter counts are at 224x224 with 1000 classes.
+PRESETS = {
+    "vit_ti16": ("ViT-Ti/16 (DeiT/AugReg), 5.7M parameters", dict(_TI, patch_size=16)),
+    "vit_ti32": ("ViT-Ti/32 (AugReg)", dict(_TI, patch_size=32)),
+    "vit_s16": ("ViT-S/16 (DeiT/AugReg), 22.1M parameters", dict(_S, patch_size=16)),
+    "vit_s32": ("ViT-S/32 (AugReg)", dict(_S, patch_size=32)),
+    "vit_b8": ("ViT-B/8 (AugReg)", dict(_B, patch_size=8)),
+    "vit_b16": ("ViT-B/16 (paper Table 1), 86.6M parameters", dict(_B, patch_size=16)),
+    "vit_b32": ("ViT-B/32 (paper Table 1), 88.2M parameters", dict(_B, patch_size=32)),
+    "vit_l16": ("ViT-L/16 (paper Table 1), 304.3M parameters", dict(_L, patch_size=16)),
+    "vit_l32": ("ViT-L/32 (paper Table 1), 306.5M parameters", dict(_L, patch_size=32)),
+    "vit_h14": ("ViT-H/14 (paper Table 1), 632.0M parameters", dict(_H, patch_size=14)),
+    "vit_r50_b16": (
+        "R50+ViT-B/16 hybrid (paper section 3.1): BiT ResNet-50 stages (3, 4, 9), "
+        "1x1 patches on its stride-16 map, 98.7M parameters",
+        dict(_B, patch_size=1, resnet_layers=(3, 4, 9), resnet_width=64),
+    ),
+}
+
+
+def list_presets():
+    """Names of all presets, in table order."""
+    return list(PRESETS)
+
+
+def describe_preset(name):
+    """One-line description of a preset."""
+    return PRESETS[_check_name(name)][0]
+
+
+def get_config(name, **overrides):
+    """The `ViTConfig` of preset `name`, with any config field overridden."""
+    return ViTConfig(**{**PRESETS[_check_name(name)][1], **overrides})
+
+
+def _check_name(name):
+    if name in PRESETS:
+        return name
+    close = difflib.get_close_matches(str(name), PRESETS, n=3, cutoff=0.5)
+    hint = f"did you mean {', '.join(close)}? " if close else ""
+    raise ValueError(f"unknown preset {name!r}; {hint}known presets: {', '.join(PRESETS)}.")
