@@ -39,6 +39,10 @@ class ViT(keras.Model):
         self._parts = parts
         self._attention_model = None
 
+    def __call__(self, images, *args, **kwargs):
+        _check_images(getattr(images, "shape", None), self.config)
+        return super().__call__(images, *args, **kwargs)
+
     @classmethod
     def from_preset(cls, name, dtype=None, **overrides):
         """Builds preset `name` (see `keras_vit.list_presets()`), any config field overridden,
@@ -49,9 +53,7 @@ class ViT(keras.Model):
         """A model sharing this one's weights: images -> list of L attention probabilities,
         each `(batch, heads, tokens, tokens)` in float32 (rows sum to 1)."""
         if self._attention_model is None:
-            images = keras.Input(shape=self.config.image_size + (self.config.channels,), name="images")
-            _, probabilities = self._parts.encode(images, return_attention_scores=True)
-            self._attention_model = keras.Model(images, probabilities, name=f"{self.name}_attention")
+            self._attention_model = _AttentionProbabilities(self._parts, name=f"{self.name}_attention")
         return self._attention_model
 
     def attention_probabilities(self, images, batch_size=None):
@@ -62,7 +64,8 @@ class ViT(keras.Model):
     def resized(self, image_size):
         """A copy built for another input resolution with all weights carried over; the
         position embeddings are resampled to the new patch grid (paper section 3.2)."""
-        new = ViT(self.config.replace(image_size=image_size), dtype=self.dtype_policy, name=self.name)
+        policy = self._parts.patch_embedding.dtype_policy
+        new = ViT(self.config.replace(image_size=image_size), dtype=policy, name=self.name)
         for source, target in zip(self.layers, new.layers):
             if isinstance(target, vit_layers.PositionEmbedding):
                 target.assign_resampled(keras.ops.convert_to_numpy(source.embedding), source.grid_size)
@@ -73,7 +76,8 @@ class ViT(keras.Model):
     def get_config(self):
         return {
             "config": self.config.to_dict(),
-            "dtype": keras.saving.serialize_keras_object(self.dtype_policy),
+            # The layers' policy: a Functional model's own policy stays float32.
+            "dtype": keras.saving.serialize_keras_object(self._parts.patch_embedding.dtype_policy),
             "name": self.name,
             "trainable": self.trainable,
         }
@@ -140,13 +144,16 @@ class _Parts:
             else None
         )
 
+    def encoder_layers(self):
+        layers = [self.normalization, self.resnet, self.patch_embedding, self.class_token]
+        layers += [self.position_embedding, self.embedding_dropout, *self.blocks]
+        return [layer for layer in layers if layer is not None]
+
     def encode(self, images, return_attention_scores=False):
         """images -> (final normalised tokens, list of attention probabilities or None)."""
         x = images
-        for layer in (self.normalization, self.resnet, self.patch_embedding, self.class_token):
-            if layer is not None:
-                x = layer(x)
-        x = self.embedding_dropout(self.position_embedding(x))
+        for layer in self.encoder_layers()[: -len(self.blocks)]:
+            x = layer(x)
         probabilities = [] if return_attention_scores else None
         for block in self.blocks:
             if return_attention_scores:
@@ -161,6 +168,42 @@ class _Parts:
         if self.pre_logits is not None:
             x = self.pre_logits(x)
         return self.classifier(x) if self.classifier is not None else x
+
+
+def _check_images(shape, config):
+    """Clear errors for images that do not fit the model (static dimensions only)."""
+    if shape is None:
+        return
+    shape = tuple(shape)
+    if len(shape) != 4:
+        raise ValueError(f"expected a batch of images (batch, height, width, channels); got shape {shape}.")
+    if shape[3] is not None and shape[3] != config.channels:
+        fix = "convert the images to RGB" if config.channels == 3 else f"give {config.channels}-channel images"
+        raise ValueError(
+            f"the model expects {config.channels}-channel images but got {shape[3]} channels; "
+            f"{fix}, or build the model with channels={shape[3]}."
+        )
+    size = shape[1:3]
+    if None not in size and tuple(size) != config.image_size:
+        raise ValueError(
+            f"the model was built for {config.image_size[0]}x{config.image_size[1]} images but got "
+            f"{size[0]}x{size[1]}; resize the images, or use model.resized({tuple(size)}) to get a "
+            f"model for that size with resampled position embeddings."
+        )
+
+
+class _AttentionProbabilities(keras.Model):
+    """Runs the encoder of a ViT's layers with attention outputs. (A functional graph cannot
+    reuse layers whose first call returned a different structure, hence a subclass.)"""
+
+    def __init__(self, parts, **kwargs):
+        super().__init__(**kwargs)
+        self._parts = parts
+        self.shared_layers = parts.encoder_layers()  # tracked, so weights are visible
+
+    def call(self, images):
+        _check_images(images.shape, self._parts.config)
+        return self._parts.encode(images, return_attention_scores=True)[1]
 
 
 def count_params(model):

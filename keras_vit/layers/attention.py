@@ -65,9 +65,6 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         context = ops.einsum("bhqk,bkhd->bqhd", ops.cast(self.dropout(probs, training=training), v.dtype), v)
         return context, probs
 
-    def compute_output_shape(self, input_shape):
-        return input_shape
-
     def get_config(self):
         return {
             **super().get_config(),

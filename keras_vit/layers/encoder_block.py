@@ -72,9 +72,6 @@ class EncoderBlock(keras.layers.Layer):
             y = scale(y)
         return self.drop_path(y, training=training)
 
-    def compute_output_shape(self, input_shape):
-        return input_shape
-
     def get_config(self):
         return {
             **super().get_config(),

@@ -32,7 +32,7 @@ class PatchEmbedding(keras.layers.Layer):
     def call(self, images):
         _check_divisible(images.shape, self.patch_size)
         x = self.projection(images)
-        return ops.reshape(x, (-1, x.shape[1] * x.shape[2], self.hidden_size))
+        return ops.reshape(x, (ops.shape(x)[0], -1, self.hidden_size))
 
     def compute_output_shape(self, input_shape):
         rows, cols = (None if s is None else s // p for s, p in zip(input_shape[1:3], self.patch_size))

@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""Developer entry point: creates .venv if needed, installs the pinned environment, runs a job.
+
+    python3 dev.py demo    # set up, then the main job (build a ViT, summary, run on a photo)
+    python3 dev.py test    # set up, then the whole test suite under TensorFlow and JAX
+    python3 dev.py setup   # only set up
+Extra arguments after `test` go to pytest (e.g. `python3 dev.py test -m slow`).
+"""
+
+import hashlib
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
+PYTHON = BIN / "python"
+INPUTS = ("setup.cfg", "pyproject.toml", "requirements/constraints.txt")
+
+
+def run(*cmd, env=None):
+    print("+", " ".join(str(c) for c in cmd), flush=True)
+    return subprocess.call([str(c) for c in cmd], cwd=ROOT, env=env)
+
+
+def setup():
+    """Creates the virtual environment and installs the project with pinned dependencies,
+    skipped when nothing that decides the environment has changed."""
+    if sys.version_info < (3, 11):
+        sys.exit(f"dev.py: Python 3.11+ is needed; this is {sys.version.split()[0]}.")
+    digest = hashlib.sha256(b"".join((ROOT / f).read_bytes() for f in INPUTS)).hexdigest()
+    stamp = VENV / ".keras-vit-installed"
+    if stamp.exists() and stamp.read_text() == digest:
+        return
+    if not PYTHON.exists():
+        print(f"creating {VENV}", flush=True)
+        venv.EnvBuilder(with_pip=True).create(VENV)
+    pip = [PYTHON, "-m", "pip", "install", "--disable-pip-version-check", "-q"]
+    if run(*pip, "-c", "requirements/constraints.txt", "-e", ".[dev]"):
+        sys.exit("dev.py: installing the environment failed (see pip's output above).")
+    stamp.write_text(digest)
+
+
+def backend_env(backend):
+    return {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "2"}
+
+
+def test(pytest_args):
+    """The whole suite under TensorFlow, then the backend-agnostic tests under JAX."""
+    base = [PYTHON, "-m", "pytest", "-n", "2", "-p", "no:cacheprovider"]
+    marks = pytest_args if any(a.startswith("-m") for a in pytest_args) else ["-m", "not slow", *pytest_args]
+    status = run(*base, *marks, env=backend_env("tensorflow"))
+    status |= run(*base, *marks, env=backend_env("jax"))
+    return status
+
+
+def main(argv):
+    if not argv or argv[0] not in ("setup", "demo", "test"):
+        print(__doc__)
+        return 2
+    setup()
+    if argv[0] == "demo":
+        return run(BIN / "keras-vit", "summary", "vit_b16", *argv[1:], env=backend_env("tensorflow"))
+    if argv[0] == "test":
+        return test(argv[1:])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,29 @@
+"""Reading images for the command line (Pillow; any format it decodes)."""
+
+from pathlib import Path
+
+import numpy as np
+
+
+def load_image(path, size):
+    """Returns (uint8 array `(H, W, 3)` resized to `size` = (H, W), description).
+
+    Without `path`, a photo bundled with scikit-learn is used (no download)."""
+    from PIL import Image, UnidentifiedImageError
+
+    if path is None:
+        try:
+            from sklearn.datasets import load_sample_image
+        except ImportError:
+            raise ValueError("no --image given and scikit-learn (with its bundled photos) is not installed.")
+        image, source = Image.fromarray(load_sample_image("china.jpg")), "scikit-learn's china.jpg"
+    else:
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"image file not found: {path}")
+        try:
+            image, source = Image.open(path), str(path)
+            image.load()
+        except (UnidentifiedImageError, OSError) as error:
+            raise ValueError(f"cannot read image {path}: {error}")
+    image = image.convert("RGB").resize((size[1], size[0]), Image.BILINEAR)
+    return np.asarray(image, dtype=np.uint8), source
