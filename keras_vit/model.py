@@ -34,14 +34,23 @@ class ViT(keras.Model):
         parts = _Parts(config, dtype)
         images = keras.Input(shape=config.image_size + (config.channels,), name="images")
         outputs = parts.head(parts.encode(images)[0])
-        super().__init__(inputs=images, outputs=outputs, dtype=dtype, **kwargs)
+        super().__init__(inputs=images, outputs=outputs, **kwargs)
+        # A Functional model does not take `dtype`; the model's own policy matters to
+        # `compile` (loss scaling for mixed_float16) and to serialisation.
+        self.dtype_policy = parts.patch_embedding.dtype_policy
         self.config = config
         self._parts = parts
         self._attention_model = None
 
+    # Checked in both: `__call__` runs before Keras's own input-spec check, and `call` is
+    # what stateless (JAX) execution reaches without `__call__`.
     def __call__(self, images, *args, **kwargs):
         _check_images(getattr(images, "shape", None), self.config)
         return super().__call__(images, *args, **kwargs)
+
+    def call(self, inputs, training=None, mask=None):
+        _check_images(getattr(inputs, "shape", None), self.config)
+        return super().call(inputs, training=training, mask=mask)
 
     @classmethod
     def from_preset(cls, name, dtype=None, **overrides):
@@ -64,8 +73,7 @@ class ViT(keras.Model):
     def resized(self, image_size):
         """A copy built for another input resolution with all weights carried over; the
         position embeddings are resampled to the new patch grid (paper section 3.2)."""
-        policy = self._parts.patch_embedding.dtype_policy
-        new = ViT(self.config.replace(image_size=image_size), dtype=policy, name=self.name)
+        new = ViT(self.config.replace(image_size=image_size), dtype=self.dtype_policy, name=self.name)
         for source, target in zip(self.layers, new.layers):
             if isinstance(target, vit_layers.PositionEmbedding):
                 target.assign_resampled(keras.ops.convert_to_numpy(source.embedding), source.grid_size)
@@ -76,8 +84,7 @@ class ViT(keras.Model):
     def get_config(self):
         return {
             "config": self.config.to_dict(),
-            # The layers' policy: a Functional model's own policy stays float32.
-            "dtype": keras.saving.serialize_keras_object(self._parts.patch_embedding.dtype_policy),
+            "dtype": keras.saving.serialize_keras_object(self.dtype_policy),
             "name": self.name,
             "trainable": self.trainable,
         }

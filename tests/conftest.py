@@ -1,0 +1,45 @@
+"""Shared helpers: small configs, weight perturbation, backend markers."""
+
+import keras
+import numpy as np
+import pytest
+
+import keras_vit
+
+
+def pytest_collection_modifyitems(config, items):
+    if keras.backend.backend() == "tensorflow":
+        return
+    skip = pytest.mark.skip(reason=f"needs the TensorFlow backend (this run: {keras.backend.backend()})")
+    for item in items:
+        if "tensorflow_only" in item.keywords:
+            item.add_marker(skip)
+
+
+def tiny_config(**overrides):
+    """A ViT small enough for fast tests: 32x32 images, 8x8 patches, width 64, 2 blocks."""
+    values = dict(image_size=32, patch_size=8, hidden_size=64, num_layers=2, num_heads=4, mlp_dim=128, num_classes=7)
+    return keras_vit.ViTConfig(**{**values, **overrides})
+
+
+def perturb(model, seed=0, scale=0.05):
+    """Moves every weight off its initial value (zero heads, unit LayerNorms, ...) so a
+    dropped, swapped or mis-wired tensor changes the outputs."""
+    rng = np.random.default_rng(seed)
+    for weight in model.weights:
+        value = keras.ops.convert_to_numpy(weight)
+        weight.assign((value + scale * rng.standard_normal(value.shape)).astype(value.dtype))
+    return model
+
+
+def images(batch=2, size=(32, 32), channels=3, seed=0):
+    return np.random.default_rng(seed).uniform(0, 255, (batch, *size, channels)).astype("float32")
+
+
+def sample_photo(size):
+    """scikit-learn's bundled photo (china.jpg), resized: a real image, no download."""
+    from PIL import Image
+    from sklearn.datasets import load_sample_image
+
+    photo = Image.fromarray(load_sample_image("china.jpg")).resize((size[1], size[0]), Image.BILINEAR)
+    return np.asarray(photo, dtype="float32")[None]

@@ -1,0 +1,57 @@
+import os
+import subprocess
+import sys
+
+import pytest
+from PIL import Image
+
+from keras_vit.cli import main
+
+pytestmark = pytest.mark.tensorflow_only  # the CLI runs the TensorFlow backend by default
+
+
+def test_summary_runs_a_preset_on_a_real_photo(capsys):
+    assert main(["summary", "vit_ti16", "--image-size", "64", "--num-classes", "10"]) == 0
+    out = capsys.readouterr().out
+    assert "parameters: 5,491,786" in out  # Ti/16 at 64x64 (16 patches) with 10 classes
+    assert "scikit-learn's china.jpg resized to 64x64" in out
+    assert "output: shape (1, 10), dtype float32" in out
+
+
+def test_summary_on_a_given_image_file(tmp_path, capsys):
+    path = tmp_path / "gray.png"
+    Image.new("L", (50, 40), color=128).save(path)  # grayscale becomes RGB
+    assert main(["summary", "vit_ti16", "--image", str(path), "--image-size", "32", "48"]) == 0
+    assert "resized to 32x48" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["summary", "vit_b61"], "unknown preset 'vit_b61'; did you mean vit_b16"),
+        (["summary", "vit_ti16", "--image", "/no/such.jpg"], "image file not found: /no/such.jpg"),
+        (["summary", "vit_ti16", "--image-size", "230"], "image height 230 is not divisible by patch size 16"),
+    ],
+)
+def test_bad_input_gives_one_line_and_exit_2(argv, message, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0] and err[0].startswith("keras-vit summary: error:")
+
+
+def test_corrupt_image_file(tmp_path, capsys):
+    path = tmp_path / "broken.jpg"
+    path.write_bytes(b"\xff\xd8\xff\xe0 not a jpeg")
+    assert main(["summary", "vit_ti16", "--image", str(path)]) == 2
+    assert "cannot read image" in capsys.readouterr().err
+
+
+def test_console_script_help_and_presets():
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    exe = os.path.join(os.path.dirname(sys.executable), "keras-vit")
+    result = subprocess.run([exe, "--help"], capture_output=True, text=True, env=env)
+    assert result.returncode == 0 and "summary" in result.stdout and "presets" in result.stdout
+    result = subprocess.run([exe, "presets"], capture_output=True, text=True, env=env)
+    assert result.returncode == 0 and "vit_r50_b16" in result.stdout and "vit_h14" in result.stdout
+    result = subprocess.run([exe, "frobnicate"], capture_output=True, text=True, env=env)
+    assert result.returncode == 2 and "invalid choice" in result.stderr

@@ -1,0 +1,83 @@
+import pytest
+
+import keras_vit
+from keras_vit.config import ViTConfig
+
+OFFICIAL_PARAMETER_COUNTS = {
+    "vit_ti16": 5_717_416,
+    "vit_s16": 22_050_664,
+    "vit_b16": 86_567_656,
+    "vit_b32": 88_224_232,
+    "vit_l16": 304_326_632,
+    "vit_l32": 306_535_400,
+    "vit_h14": 632_045_800,
+    "vit_r50_b16": 98_659_112,
+}
+
+
+@pytest.mark.parametrize("name", list(OFFICIAL_PARAMETER_COUNTS))
+def test_official_parameter_counts(name):
+    model = keras_vit.ViT.from_preset(name)  # built for real at 224x224, 1000 classes
+    assert keras_vit.count_params(model) == OFFICIAL_PARAMETER_COUNTS[name]
+    assert model.count_params() == OFFICIAL_PARAMETER_COUNTS[name]
+
+
+def test_every_preset_is_listed_and_described():
+    names = keras_vit.list_presets()
+    assert set(OFFICIAL_PARAMETER_COUNTS) <= set(names)
+    assert {"vit_b8", "vit_s32", "vit_ti32"} <= set(names)
+    for name in names:
+        assert keras_vit.describe_preset(name)
+        assert isinstance(keras_vit.get_config(name), ViTConfig)
+
+
+def test_paper_table1_shapes():
+    for name, (layers, width, mlp, heads) in {
+        "vit_b16": (12, 768, 3072, 12),
+        "vit_l16": (24, 1024, 4096, 16),
+        "vit_h14": (32, 1280, 5120, 16),
+        "vit_ti16": (12, 192, 768, 3),
+        "vit_s16": (12, 384, 1536, 6),
+    }.items():
+        c = keras_vit.get_config(name)
+        assert (c.num_layers, c.hidden_size, c.mlp_dim, c.num_heads) == (layers, width, mlp, heads)
+
+
+def test_unknown_preset_lists_close_names():
+    with pytest.raises(ValueError, match=r"unknown preset 'vit_b61'.*did you mean vit_b16"):
+        keras_vit.ViT.from_preset("vit_b61")
+
+
+def test_overrides_and_grid():
+    c = keras_vit.get_config("vit_b16", num_classes=10, image_size=384)
+    assert c.image_size == (384, 384) and c.grid_size == (24, 24) and c.num_classes == 10
+    c = keras_vit.get_config("vit_b16", image_size=(224, 320))
+    assert c.grid_size == (14, 20) and c.num_patches == 280
+    hybrid = keras_vit.get_config("vit_r50_b16", image_size=384)
+    assert hybrid.backbone_stride == 16 and hybrid.grid_size == (24, 24)
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        (dict(image_size=230), r"image height 230 is not divisible by patch size 16.*multiple of 16"),
+        (dict(image_size=(224, 100)), r"image width 100 is not divisible by patch size 16"),
+        (dict(num_heads=7), r"hidden_size=768 is not divisible by num_heads=7.*divisors"),
+        (dict(classifier="cls"), r"`classifier` must be one of"),
+        (dict(dropout_rate=1.0), r"`dropout_rate` must be in \[0, 1\)"),
+        (dict(num_classes=-1), r"num_classes"),
+        (dict(channels=1), r"one value per channel"),
+        (dict(image_size=(224, 224, 3)), r"pair of ints"),
+    ],
+)
+def test_bad_config_values(fields, message):
+    with pytest.raises(ValueError, match=message):
+        ViTConfig(**fields)
+
+
+def test_config_dict_round_trip_and_replace():
+    c = ViTConfig(image_size=(64, 96), patch_size=1, resnet_layers=[3, 4], layer_scale_init=1e-5)
+    assert ViTConfig.from_dict(c.to_dict()) == c
+    assert c.replace(num_classes=3).num_classes == 3
+    with pytest.raises(ValueError, match="unknown ViTConfig field"):
+        c.replace(widht=3)

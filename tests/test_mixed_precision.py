@@ -1,0 +1,48 @@
+import keras
+import numpy as np
+import pytest
+
+import keras_vit
+from conftest import images, perturb, tiny_config
+
+
+@pytest.mark.parametrize("policy, tolerance", [("mixed_bfloat16", 0.1), ("mixed_float16", 0.02)])
+def test_mixed_precision_follows_compute_dtype_and_returns_float32(policy, tolerance):
+    config = tiny_config()
+    reference = perturb(keras_vit.ViT(config))
+    model = keras_vit.ViT(config, dtype=policy)
+    model.set_weights(reference.get_weights())
+    compute = policy.split("_")[1]
+    x = images()
+    logits = model(x)
+    assert keras.backend.standardize_dtype(logits.dtype) == "float32"
+    np.testing.assert_allclose(np.asarray(logits), np.asarray(reference(x)), atol=tolerance)
+    # Class token and position embedding are stored in float32 and used in the compute dtype.
+    for name in ("class_token", "position_embedding"):
+        layer = model.get_layer(name)
+        assert layer.compute_dtype == compute and layer.variable_dtype == "float32"
+    probe = keras.Model(model.input, model.get_layer("position_embedding").output)
+    assert keras.backend.standardize_dtype(probe(x).dtype) == compute
+    # Softmax in float32: probabilities are float32 and rows sum to 1.
+    for probs in model.attention_probabilities(x):
+        assert probs.dtype == np.float32
+        np.testing.assert_allclose(probs.sum(-1), 1.0, atol=1e-5)
+
+
+@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
+def test_mixed_precision_trains(policy):
+    if policy == "mixed_float16" and keras.backend.backend() == "jax" and _jax_on_cpu():
+        pytest.skip("Keras's JAX attention accumulates float16 in float32; XLA:CPU cannot compile its gradient")
+    model = keras_vit.ViT(tiny_config(num_classes=2), dtype=policy)
+    model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    # compile() reads the model's own policy: float16 gets dynamic loss scaling.
+    assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer) == (policy == "mixed_float16")
+    history = model.fit(images(batch=4), np.array([0, 1, 0, 1]), epochs=3, verbose=0)
+    losses = history.history["loss"]
+    assert np.isfinite(losses).all() and losses[-1] < losses[0]
+
+
+def _jax_on_cpu():
+    import jax
+
+    return jax.default_backend() == "cpu"

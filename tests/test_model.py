@@ -1,0 +1,158 @@
+import keras
+import numpy as np
+import pytest
+
+import keras_vit
+from conftest import images, perturb, tiny_config
+from numpy_reference import vit_forward
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {"classifier": "gap"},
+        {"representation_size": 48},
+        {"layer_scale_init": 0.1},
+        {"image_size": (32, 48), "patch_size": (8, 4)},
+        {"channels": 1, "input_mean": [127.5], "input_std": [127.5]},
+        {"normalize_inputs": False},
+    ],
+    ids=["token", "gap", "pre_logits", "layer_scale", "non_square", "grayscale", "no_normalization"],
+)
+def test_matches_numpy_reference_of_the_paper(overrides):
+    config = tiny_config(**overrides)
+    model = perturb(keras_vit.ViT(config))
+    x = images(size=config.image_size, channels=config.channels)
+    expected, expected_attention = vit_forward(model, x)
+    np.testing.assert_allclose(np.asarray(model(x)), expected, atol=2e-5, rtol=1e-5)
+    attention = model.attention_probabilities(x)
+    assert len(attention) == config.num_layers
+    for got, want in zip(attention, expected_attention):
+        np.testing.assert_allclose(got, want, atol=2e-6)
+
+
+def test_attention_probabilities_shape_and_rows_sum_to_one():
+    config = tiny_config()
+    model = perturb(keras_vit.ViT(config))
+    attention = model.attention_probabilities(images(batch=3))
+    tokens = config.num_patches + 1
+    for probs in attention:
+        assert probs.shape == (3, config.num_heads, tokens, tokens) and probs.dtype == np.float32
+        np.testing.assert_allclose(probs.sum(-1), 1.0, atol=1e-5)
+        assert (probs >= 0).all()
+    # The attention model shares the classifier's weights, not copies of them.
+    assert {id(w) for w in model.attention_model().weights} <= {id(w) for w in model.weights}
+
+
+def test_fused_attention_path_equals_explicit_path():
+    layer = keras_vit.layers.MultiHeadSelfAttention(num_heads=4)
+    x = np.random.default_rng(1).standard_normal((2, 17, 64)).astype("float32")
+    fast = np.asarray(layer(x))
+    explicit, probs = layer(x, return_attention_scores=True)
+    np.testing.assert_allclose(fast, np.asarray(explicit), atol=1e-5)
+    assert tuple(probs.shape) == (2, 4, 17, 17)
+
+
+def test_headless_model_returns_features():
+    model = keras_vit.ViT(tiny_config(num_classes=0, representation_size=40))
+    assert tuple(model(images()).shape) == (2, 40)
+    model = keras_vit.ViT(tiny_config(num_classes=0))
+    assert tuple(model(images()).shape) == (2, 64)
+
+
+def test_hybrid_forward_and_layout():
+    config = keras_vit.get_config("vit_r50_b16", image_size=64, num_layers=1, num_classes=3)
+    model = keras_vit.ViT(config)
+    assert model.get_layer("resnet") is not None
+    assert tuple(model(images(batch=1, size=(64, 64))).shape) == (1, 3)
+    assert config.grid_size == (4, 4)
+    assert tuple(model.get_layer("position_embedding").embedding.shape) == (1, 17, 768)
+
+
+def test_std_conv_standardises_each_filter():
+    layer = keras_vit.layers.StdConv2D(4, 3, epsilon=1e-5)
+    x = np.random.default_rng(2).standard_normal((1, 6, 6, 2)).astype("float32")
+    y = np.asarray(layer(x))
+    w = keras.ops.convert_to_numpy(layer.kernel).astype(np.float64)
+    w = (w - w.mean(axis=(0, 1, 2))) / (w.std(axis=(0, 1, 2)) + 1e-5)
+    plain = keras.layers.Conv2D(4, 3, padding="same", use_bias=False)
+    plain.build(x.shape)
+    plain.kernel.assign(w.astype("float32"))
+    np.testing.assert_allclose(y, np.asarray(plain(x)), atol=1e-5)
+
+
+def test_official_initialisation():
+    model = keras_vit.ViT.from_preset("vit_s16", num_classes=10)
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(model.get_layer("class_token").token), 0.0)
+    head = model.get_layer("head")
+    assert not np.any(keras.ops.convert_to_numpy(head.kernel)) and not np.any(keras.ops.convert_to_numpy(head.bias))
+    pos = keras.ops.convert_to_numpy(model.get_layer("position_embedding").embedding)
+    assert abs(pos.std() - 0.02) < 0.002
+    block = model.get_layer("block_0")
+    width = 384
+    qkv = keras.ops.convert_to_numpy(block.attention.qkv.kernel)
+    limit = np.sqrt(6.0 / (width + width))  # Xavier-uniform of each (D, D) projection
+    assert qkv.max() <= limit and qkv.min() >= -limit and qkv.max() > 0.95 * limit
+    fc1 = keras.ops.convert_to_numpy(block.mlp.fc1.kernel)
+    limit = np.sqrt(6.0 / (width + 4 * width))
+    assert fc1.max() <= limit and fc1.max() > 0.95 * limit
+    bias = keras.ops.convert_to_numpy(block.mlp.fc1.bias)
+    assert 0 < bias.std() < 3e-6
+
+
+def test_drop_path_linear_schedule_and_training_behaviour():
+    model = keras_vit.ViT(tiny_config(num_layers=5, drop_path_rate=0.4))
+    rates = [model.get_layer(f"block_{i}").drop_path.rate for i in range(5)]
+    np.testing.assert_allclose(rates, [0.0, 0.1, 0.2, 0.3, 0.4])
+    layer = keras_vit.layers.DropPath(0.5, seed=3)
+    x = np.ones((4000, 3, 2), "float32")
+    np.testing.assert_array_equal(np.asarray(layer(x, training=False)), x)
+    y = np.asarray(layer(x, training=True))
+    per_sample = y.reshape(4000, -1)
+    assert set(np.unique(per_sample)) <= {0.0, 2.0}
+    assert (per_sample.min(1) == per_sample.max(1)).all()  # whole samples dropped, not elements
+    assert abs(y.mean() - 1.0) < 0.06
+
+
+def test_dropout_is_active_only_in_training():
+    model = perturb(keras_vit.ViT(tiny_config(dropout_rate=0.3, attention_dropout_rate=0.3)))
+    x = images()
+    np.testing.assert_allclose(np.asarray(model(x)), np.asarray(model(x)), atol=0)
+    assert not np.allclose(np.asarray(model(x, training=True)), np.asarray(model(x)), atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "shape, message",
+    [
+        ((1, 32, 32, 1), r"expects 3-channel images but got 1 channels.*RGB"),
+        ((1, 32, 32, 4), r"expects 3-channel images but got 4 channels"),
+        ((1, 48, 48, 3), r"built for 32x32 images but got 48x48.*model.resized\(\(48, 48\)\)"),
+        ((32, 32, 3), r"expected a batch of images"),
+    ],
+)
+def test_bad_images_name_the_fix(shape, message):
+    model = keras_vit.ViT(tiny_config())
+    x = np.zeros(shape, "float32")
+    with pytest.raises(ValueError, match=message):
+        model(x)
+    with pytest.raises(ValueError, match=message):
+        model.predict(x, verbose=0)
+
+
+def test_patch_embedding_rejects_indivisible_input():
+    layer = keras_vit.layers.PatchEmbedding(8, 16)
+    with pytest.raises(ValueError, match="not divisible by patch size"):
+        layer(np.zeros((1, 30, 32, 3), "float32"))
+
+
+def test_model_trains_with_fit():
+    config = tiny_config(num_classes=2)
+    model = keras_vit.ViT(config)
+    x = images(batch=8)
+    y = np.array([0, 1] * 4)
+    model.compile(optimizer=keras.optimizers.Adam(1e-3),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    before = model.evaluate(x, y, verbose=0)
+    model.fit(x, y, epochs=15, batch_size=8, verbose=0)
+    assert model.evaluate(x, y, verbose=0) < before

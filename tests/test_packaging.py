@@ -1,0 +1,21 @@
+import importlib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_install_names_map_to_project_folders():
+    for name, folder in [("keras_vit", "keras_vit"), ("keras_vit.training", "training"), ("keras_vit.export", "export")]:
+        module = importlib.import_module(name)
+        assert Path(module.__file__).resolve() == ROOT / folder / "__init__.py"
+
+
+def test_library_uses_keras_ops_only():
+    """keras_vit/ must run on every Keras backend: no backend framework imports."""
+    banned = ("import tensorflow", "from tensorflow", "import jax", "from jax", "import torch", "from torch")
+    offenders = [
+        str(path.relative_to(ROOT))
+        for path in (ROOT / "keras_vit").rglob("*.py")
+        if any(line.lstrip().startswith(banned) for line in path.read_text().splitlines())
+    ]
+    assert offenders == []

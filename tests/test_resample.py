@@ -1,0 +1,84 @@
+import keras
+import numpy as np
+import pytest
+
+import keras_vit
+from conftest import images, perturb, tiny_config
+from keras_vit import resample_position_embeddings
+
+
+def test_same_grid_is_identity_and_prefix_is_kept():
+    posemb = np.random.default_rng(0).standard_normal((1, 1 + 16, 8)).astype("float32")
+    np.testing.assert_array_equal(resample_position_embeddings(posemb, (4, 4)), posemb)
+    out = resample_position_embeddings(posemb, (6, 5))
+    assert out.shape == (1, 31, 8)
+    np.testing.assert_array_equal(out[:, :1], posemb[:, :1])
+
+
+def test_bilinear_reproduces_an_affine_grid_and_constants():
+    rows, cols = np.meshgrid(np.arange(4.0), np.arange(4.0), indexing="ij")
+    grid = np.stack([np.ones_like(rows), 2 * rows + 3 * cols], axis=-1).reshape(1, 16, 2)
+    out = resample_position_embeddings(grid, (8, 8), num_prefix_tokens=0)[0].reshape(8, 8, 2)
+    np.testing.assert_allclose(out[..., 0], 1.0, atol=1e-6)
+    # half-pixel centres: output index i samples input position (i + 0.5) / 2 - 0.5 (clamped)
+    src = np.clip((np.arange(8) + 0.5) / 2 - 0.5, 0, 3)
+    np.testing.assert_allclose(out[..., 1], 2 * src[:, None] + 3 * src[None, :], atol=1e-5)
+
+
+def test_needs_old_grid_for_non_square():
+    posemb = np.zeros((1, 1 + 12, 4))
+    with pytest.raises(ValueError, match="not a square"):
+        resample_position_embeddings(posemb, (4, 4))
+    assert resample_position_embeddings(posemb, (4, 4), old_grid=(3, 4)).shape == (1, 17, 4)
+
+
+@pytest.mark.tensorflow_only
+def test_matches_tensorflow_bilinear_resize():
+    import tensorflow as tf
+
+    posemb = np.random.default_rng(1).standard_normal((1, 1 + 14 * 14, 6)).astype("float32")
+    for new in [(24, 24), (7, 10), (16, 12)]:
+        ours = resample_position_embeddings(posemb, new)[0, 1:].reshape(*new, 6)
+        theirs = tf.image.resize(posemb[0, 1:].reshape(1, 14, 14, 6), new, method="bilinear", antialias=False)
+        np.testing.assert_allclose(ours, theirs.numpy()[0], atol=1e-5)
+
+
+def test_resized_model_carries_weights_and_resamples():
+    model = perturb(keras_vit.ViT(tiny_config()))
+    bigger = model.resized((48, 64))
+    assert bigger.config.image_size == (48, 64) and bigger.config.grid_size == (6, 8)
+    source = keras.ops.convert_to_numpy(model.get_layer("position_embedding").embedding)
+    expected = resample_position_embeddings(source, (6, 8))
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(bigger.get_layer("position_embedding").embedding), expected)
+    for name in ("patch_embedding", "block_1", "head"):
+        for a, b in zip(model.get_layer(name).get_weights(), bigger.get_layer(name).get_weights()):
+            np.testing.assert_array_equal(a, b)
+    assert bigger(images(size=(48, 64))).shape == (2, 7)
+    # Same size: the copy computes the same function.
+    np.testing.assert_allclose(np.asarray(model.resized(32)(images())), np.asarray(model(images())), atol=1e-6)
+
+
+def test_load_weights_saved_at_another_resolution(tmp_path):
+    small = perturb(keras_vit.ViT(tiny_config()))
+    path = tmp_path / "small.weights.h5"
+    small.save_weights(path)
+    big = keras_vit.ViT(tiny_config(image_size=64))
+    big.load_weights(path)
+    source = keras.ops.convert_to_numpy(small.get_layer("position_embedding").embedding)
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(big.get_layer("position_embedding").embedding),
+        resample_position_embeddings(source, (8, 8)),
+    )
+
+
+def test_assign_resampled_accepts_big_vision_layout_without_class_slot():
+    layer = keras_vit.layers.PositionEmbedding((4, 4), num_prefix_tokens=1)
+    layer.build((None, 17, 8))
+    before = keras.ops.convert_to_numpy(layer.embedding)
+    grid_only = np.random.default_rng(2).standard_normal((1, 4, 8)).astype("float32")
+    layer.assign_resampled(grid_only)
+    after = keras.ops.convert_to_numpy(layer.embedding)
+    np.testing.assert_array_equal(after[:, :1], before[:, :1])
+    np.testing.assert_allclose(after[:, 1:], resample_position_embeddings(grid_only, (4, 4), num_prefix_tokens=0)[:, :])
+    with pytest.raises(ValueError, match="embedding width"):
+        layer.assign_resampled(np.zeros((1, 17, 5)))

@@ -1,0 +1,73 @@
+import keras
+import numpy as np
+import pytest
+
+import keras_vit
+from conftest import images, perturb, tiny_config
+
+
+@pytest.mark.parametrize(
+    "overrides, dtype",
+    [
+        ({}, None),
+        ({"classifier": "gap", "representation_size": 32, "layer_scale_init": 1e-4}, None),
+        ({"dropout_rate": 0.1, "attention_dropout_rate": 0.1, "drop_path_rate": 0.2, "gelu_approximate": True}, None),
+        ({"image_size": (32, 64)}, "mixed_bfloat16"),
+        ({"resnet_layers": (1, 1), "resnet_width": 32, "patch_size": 1}, None),
+    ],
+    ids=["plain", "gap_prelogits_layerscale", "regularised", "mixed_non_square", "hybrid"],
+)
+def test_keras_file_round_trip_in_safe_mode(tmp_path, overrides, dtype):
+    config = tiny_config(**overrides)
+    model = perturb(keras_vit.ViT(config, dtype=dtype))
+    x = images(size=config.image_size)
+    path = tmp_path / "model.keras"
+    model.save(path)
+    restored = keras.saving.load_model(path, safe_mode=True)
+    assert isinstance(restored, keras_vit.ViT)
+    assert restored.config == config
+    assert restored.dtype_policy.name == restored.get_layer("patch_embedding").dtype_policy.name == (dtype or "float32")
+    np.testing.assert_array_equal(np.asarray(restored(x)), np.asarray(model(x)))
+    assert [w.path for w in restored.weights] == [w.path for w in model.weights]
+
+
+def test_no_lambda_layers():
+    model = keras_vit.ViT(tiny_config(resnet_layers=(1,), resnet_width=32, patch_size=1))
+    assert not any(isinstance(layer, keras.layers.Lambda) for layer in model._flatten_layers())
+
+
+LAYERS = [
+    (keras_vit.layers.ImageNormalization, dict(mean=[1.0, 2.0, 3.0], std=[4.0, 5.0, 6.0]), (2, 8, 8, 3)),
+    (keras_vit.layers.PatchEmbedding, dict(hidden_size=16, patch_size=4), (2, 8, 8, 3)),
+    (keras_vit.layers.ClassToken, dict(), (2, 4, 16)),
+    (keras_vit.layers.PositionEmbedding, dict(grid_size=(2, 2), num_prefix_tokens=1), (2, 5, 16)),
+    (keras_vit.layers.MultiHeadSelfAttention, dict(num_heads=2), (2, 5, 16)),
+    (keras_vit.layers.MLP, dict(mlp_dim=32), (2, 5, 16)),
+    (keras_vit.layers.DropPath, dict(rate=0.1, seed=1), (2, 5, 16)),
+    (keras_vit.layers.LayerScale, dict(init_value=0.5), (2, 5, 16)),
+    (keras_vit.layers.EncoderBlock, dict(num_heads=2, mlp_dim=32, layer_scale_init=0.1), (2, 5, 16)),
+    (keras_vit.layers.TokenPooling, dict(mode="gap"), (2, 5, 16)),
+    (keras_vit.layers.StdConv2D, dict(filters=4, kernel_size=3), (2, 8, 8, 3)),
+    (keras_vit.layers.BottleneckUnit, dict(filters=32, strides=2), (2, 8, 8, 64)),
+    (keras_vit.layers.ResNetStem, dict(stage_sizes=(1, 1), width=32), (1, 32, 32, 3)),
+]
+
+
+@pytest.mark.parametrize("cls, kwargs, shape", LAYERS, ids=[c.__name__ for c, _, _ in LAYERS])
+def test_layer_config_round_trip(cls, kwargs, shape):
+    layer = cls(**kwargs)
+    x = np.random.default_rng(0).standard_normal(shape).astype("float32")
+    y = np.asarray(layer(x))
+    perturb_layer_weights(layer)
+    y = np.asarray(layer(x))
+    clone = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(layer))
+    assert type(clone) is cls and clone.get_config() == layer.get_config()
+    clone(x)
+    clone.set_weights(layer.get_weights())
+    np.testing.assert_allclose(np.asarray(clone(x)), y, atol=1e-6)
+
+
+def perturb_layer_weights(layer):
+    rng = np.random.default_rng(1)
+    for w in layer.weights:
+        w.assign(keras.ops.convert_to_numpy(w) + 0.1 * rng.standard_normal(w.shape).astype("float32"))
