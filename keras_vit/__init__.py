@@ -1,6 +1,7 @@
 """keras_vit: the Vision Transformer (Dosovitskiy et al., ICLR 2021) for Keras 3."""
 
-from keras_vit import layers
+from keras_vit import checkpoints, layers
+from keras_vit.checkpoints import CheckpointError, list_checkpoints, load_weights, save_npz
 from keras_vit.config import ViTConfig
 from keras_vit.model import ViT, count_params
 from keras_vit.presets import describe_preset, get_config, list_presets
@@ -9,6 +10,11 @@ from keras_vit.resample import resample_position_embeddings
 __version__ = "0.1.0"
 
 __all__ = [
+    "CheckpointError",
+    "checkpoints",
+    "list_checkpoints",
+    "load_weights",
+    "save_npz",
     "ViT",
     "ViTConfig",
     "count_params",

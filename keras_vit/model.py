@@ -53,10 +53,29 @@ class ViT(keras.Model):
         return super().call(inputs, training=training, mask=mask)
 
     @classmethod
-    def from_preset(cls, name, dtype=None, **overrides):
+    def from_preset(cls, name, weights=None, dtype=None, **overrides):
         """Builds preset `name` (see `keras_vit.list_presets()`), any config field overridden,
-        e.g. `ViT.from_preset("vit_b16", num_classes=10, image_size=384)`."""
-        return cls(presets.get_config(name, **overrides), dtype=dtype)
+        e.g. `ViT.from_preset("vit_b16", num_classes=10, image_size=384)`.
+
+        `weights`: a checkpoint file, Hugging Face folder or known name
+        (`keras_vit.list_checkpoints()`), loaded with `keras_vit.load_weights`."""
+        model = cls(presets.get_config(name, **overrides), dtype=dtype)
+        if weights is not None:
+            from keras_vit import checkpoints
+
+            checkpoints.load_weights(model, weights)
+        return model
+
+    @classmethod
+    def from_checkpoint(cls, source, dtype=None, **overrides):
+        """Builds the model a checkpoint describes (sizes read off its tensors), any config
+        field overridden (e.g. `num_classes`, `image_size`), and loads it."""
+        from keras_vit import checkpoints
+
+        weights, fields, kind = checkpoints.read_checkpoint(source)
+        model = cls(ViTConfig(**{**fields, **overrides}), dtype=dtype)
+        checkpoints.assign(model, weights, f"{source} ({kind})")
+        return model
 
     def attention_model(self):
         """A model sharing this one's weights: images -> list of L attention probabilities,

@@ -44,7 +44,11 @@ class PositionEmbedding(keras.layers.Layer):
         return input_shape
 
     def assign_resampled(self, value, grid_size=None):
-        """Assigns an embedding of any grid, resampled to this layer's grid.
+        """Assigns an embedding of any grid, resampled to this layer's grid (see `resampled`)."""
+        self.embedding.assign(self.resampled(value, grid_size))
+
+    def resampled(self, value, grid_size=None):
+        """`value` resampled to this layer's grid, as a `(1, tokens, D)` array.
 
         `value` is `(1, prefix + rows*cols, D)` or `(prefix + rows*cols, D)`; a value without
         the prefix slots (as big_vision stores it) gets them from the current weights.
@@ -66,7 +70,7 @@ class PositionEmbedding(keras.layers.Layer):
             )
         if src_prefix == 0 and prefix:
             value = np.concatenate([current[:, :prefix], value], axis=1)
-        self.embedding.assign(resample_position_embeddings(value, self.grid_size, grid_size, prefix))
+        return resample_position_embeddings(value, self.grid_size, grid_size, prefix)
 
     def load_own_variables(self, store):
         stored = store["0"]

@@ -1,0 +1,89 @@
+"""Pretrained checkpoints: official/big_vision .npz, timm and Hugging Face weights.
+
+    keras_vit.load_weights(model, "ViT-B_16.npz")       # file, HF folder or known name
+    keras_vit.save_npz(model, "finetuned.npz")          # the official layout, readable by timm
+    keras_vit.ViT.from_checkpoint("model.safetensors")  # config read off the checkpoint
+"""
+
+from pathlib import Path
+
+from keras_vit.checkpoints import huggingface, official, timm
+from keras_vit.checkpoints.assign import assign, export
+from keras_vit.checkpoints.files import CheckpointError, read_tensors, write_npz
+from keras_vit.checkpoints.known import KNOWN_CHECKPOINTS, fetch
+
+__all__ = [
+    "CheckpointError",
+    "KNOWN_CHECKPOINTS",
+    "config_fields",
+    "list_checkpoints",
+    "load_weights",
+    "read_checkpoint",
+    "save_npz",
+]
+
+
+def list_checkpoints():
+    """Names of the published checkpoints that `weights=` accepts."""
+    return list(KNOWN_CHECKPOINTS)
+
+
+def resolve(source):
+    """A known checkpoint name (downloaded once) or a local path -> local path."""
+    if isinstance(source, str) and source in KNOWN_CHECKPOINTS:
+        return fetch(source)
+    path = Path(source)
+    if not path.exists():
+        hint = ""
+        if isinstance(source, str) and "." in source and "/" not in source and not path.suffix[1:] in ("npz", "safetensors", "pth", "bin", "pt"):
+            import difflib
+
+            close = difflib.get_close_matches(source, KNOWN_CHECKPOINTS, n=3)
+            hint = f" Close known names: {', '.join(close)}." if close else ""
+        raise CheckpointError(f"checkpoint not found: {source} (neither a file nor a known name).{hint}")
+    return path
+
+
+def read_checkpoint(source):
+    """Reads any supported checkpoint -> `(weights, fields, kind)`: weights keyed by keras_vit
+    variable path, the ViTConfig fields it implies, and "official", "timm" or "huggingface"."""
+    path = resolve(source)
+    tensors, hf_config = read_tensors(path)
+    if official.is_official(tensors):
+        tensors = official.normalise(tensors)
+        return official.to_keras(tensors), _fields(official.config_fields, path, tensors), "official"
+    if timm.is_timm(tensors):
+        return timm.to_keras(tensors), _fields(timm.config_fields, path, tensors), "timm"
+    if huggingface.is_huggingface(tensors):
+        fields = _fields(huggingface.config_fields, path, hf_config, tensors)
+        return huggingface.to_keras(tensors), fields, "huggingface"
+    sample = ", ".join(sorted(tensors)[:5]) or "no tensors"
+    raise CheckpointError(f"{path}: not a ViT checkpoint keras_vit knows (official, big_vision, timm or "
+                          f"Hugging Face); its first tensors: {sample}.")  # fmt: skip
+
+
+def config_fields(source):
+    """The ViTConfig fields a checkpoint implies (sizes, depth, heads, head, ...)."""
+    return read_checkpoint(source)[1]
+
+
+def load_weights(model, source):
+    """Loads a checkpoint (file, Hugging Face folder or known name) into a keras_vit model.
+
+    Raises `CheckpointError` (a ValueError) naming the tensor or file on any mismatch; see
+    `keras_vit.checkpoints.assign.assign` for the head, pre-logits and resolution policy.
+    Returns the list of adaptations made (also logged)."""
+    weights, _, kind = read_checkpoint(source)
+    return assign(model, weights, f"{Path(str(source)).name} ({kind})")
+
+
+def save_npz(model, path):
+    """Writes the model's weights as an official-layout .npz (original release names)."""
+    write_npz(path, official.from_keras(export(model), model.config.num_heads))
+
+
+def _fields(reader, path, *args):
+    try:
+        return reader(*args)
+    except KeyError as error:
+        raise CheckpointError(f"{path}: incomplete checkpoint, tensor {error} is missing.") from None

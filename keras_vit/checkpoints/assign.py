@@ -1,0 +1,99 @@
+"""The one place where checkpoint tensors meet a model: every check first, then the writes."""
+
+import logging
+
+import keras
+import numpy as np
+
+from keras_vit.checkpoints.files import CheckpointError
+
+logger = logging.getLogger("keras_vit")
+
+POSITION = "position_embedding/embedding"
+PATCH_KERNELS = ("patch_embedding/projection/kernel", "resnet/conv_root/kernel")
+
+
+def assign(model, weights, source):
+    """Assigns `{variable path: array}` to `model` or raises `CheckpointError` naming the tensor.
+
+    Policy: a head whose class count differs becomes a fresh zero head; a pre-logits layer the
+    model does not have is dropped; both are logged in one line. The position embedding is
+    resampled to the model's grid; a grayscale model sums the RGB input filters. Nothing is
+    written unless every tensor fits.
+    """
+    weights = dict(weights)
+    variables = {v.path: v for v in model.weights}
+    notes = []
+    _head_policy(model, weights, variables, notes)
+    if "pre_logits/kernel" in weights and "pre_logits/kernel" not in variables:
+        weights.pop("pre_logits/kernel"), weights.pop("pre_logits/bias", None)
+        notes.append("dropped the checkpoint's pre-logits layer (the model has representation_size=None)")
+    for name in PATCH_KERNELS:
+        if name in weights and name in variables:
+            weights[name] = _adapt_input_channels(weights[name], variables[name].shape[2], name, source)
+
+    missing = sorted(set(variables) - set(weights))
+    unexpected = sorted(set(weights) - set(variables))
+    if missing:
+        raise CheckpointError(f"{source}: missing tensor(s) for {_listing(missing)}.")
+    if unexpected:
+        raise CheckpointError(f"{source}: tensor(s) the model has no place for: {_listing(unexpected)}.")
+    values = {}
+    for path, variable in variables.items():
+        value = np.asarray(weights[path], dtype="float32")
+        if path == POSITION:
+            layer = model.get_layer("position_embedding")
+            try:
+                value = layer.resampled(value)
+            except ValueError as error:
+                raise CheckpointError(f"{source}: position embedding {value.shape}: {error}") from None
+        if tuple(value.shape) != tuple(variable.shape):
+            raise CheckpointError(
+                f"{source}: tensor for {path!r} has shape {tuple(value.shape)}, the model expects {tuple(variable.shape)}."
+            )
+        values[path] = value
+    for path, variable in variables.items():
+        variable.assign(values[path])
+    if notes:
+        logger.warning("keras_vit: %s: %s", source, "; ".join(notes))
+    return notes
+
+
+def export(model):
+    """`{variable path: float32 array}` of every weight of `model`."""
+    return {v.path: np.asarray(keras.ops.convert_to_numpy(v), dtype="float32") for v in model.weights}
+
+
+def _head_policy(model, weights, variables, notes):
+    has_head = "head/kernel" in variables
+    if "head/kernel" not in weights:
+        if has_head:
+            target = tuple(variables["head/kernel"].shape)
+            weights["head/kernel"] = np.zeros(target, "float32")
+            weights["head/bias"] = np.zeros(target[-1:], "float32")
+            notes.append(f"new zero head with {target[-1]} classes (the checkpoint has no head)")
+        return
+    kernel, bias = weights.pop("head/kernel"), weights.pop("head/bias", None)
+    if not has_head:
+        notes.append(f"dropped the checkpoint's {kernel.shape[-1]}-class head (the model has num_classes=0)")
+        return
+    target = tuple(variables["head/kernel"].shape)
+    if tuple(kernel.shape) == target:
+        weights["head/kernel"], weights["head/bias"] = kernel, bias
+        return
+    weights["head/kernel"] = np.zeros(target, "float32")
+    weights["head/bias"] = np.zeros(target[-1:], "float32")
+    notes.append(f"new zero head {target} (the checkpoint's head is {tuple(kernel.shape)})")
+
+
+def _adapt_input_channels(kernel, channels, name, source):
+    if kernel.shape[2] == channels:
+        return kernel
+    if channels == 1 and kernel.shape[2] == 3:  # grayscale: the RGB filters of a gray image add up
+        return kernel.sum(axis=2, keepdims=True)
+    raise CheckpointError(f"{source}: {name} takes {kernel.shape[2]} input channels, the model {channels}.")
+
+
+def _listing(names, limit=8):
+    shown = ", ".join(repr(n) for n in names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")

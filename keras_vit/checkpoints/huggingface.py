@@ -1,0 +1,85 @@
+"""Hugging Face `ViTModel` / `ViTForImageClassification` checkpoints (PyTorch layouts).
+
+Query, key and value are separate `(D, D)` Linear layers, concatenated into keras_vit's fused
+kernel; `pooler.dense` (Dense + tanh on the class token) is the pre-logits layer.
+"""
+
+import re
+
+import numpy as np
+
+from keras_vit.checkpoints.files import CheckpointError
+
+
+def is_huggingface(tensors):
+    return any(k.endswith("embeddings.patch_embeddings.projection.weight") for k in tensors)
+
+
+def to_keras(tensors):
+    """HF state dict -> {keras_vit variable path: array}; unknown names are kept as they are."""
+    t = {k[len("vit.") :] if k.startswith("vit.") else k: v for k, v in tensors.items()}
+    out = {}
+
+    def move(src, dst, fn=None):
+        if src in t:
+            value = t.pop(src)
+            out[dst] = fn(value) if fn else value
+
+    move("embeddings.cls_token", "class_token/token")
+    move("embeddings.position_embeddings", "position_embedding/embedding")
+    move("embeddings.patch_embeddings.projection.weight", "patch_embedding/projection/kernel", lambda w: w.transpose(2, 3, 1, 0))
+    move("embeddings.patch_embeddings.projection.bias", "patch_embedding/projection/bias")
+    layers = sorted({int(m.group(1)) for k in t if (m := re.match(r"encoder\.layer\.(\d+)\.", k))})
+    for i in layers:
+        src, dst = f"encoder.layer.{i}.", f"block_{i}/"
+        move(f"{src}layernorm_before.weight", f"{dst}norm1/gamma")
+        move(f"{src}layernorm_before.bias", f"{dst}norm1/beta")
+        qkv = [f"{src}attention.attention.{n}" for n in ("query", "key", "value")]
+        if all(f"{n}.weight" in t for n in qkv):
+            out[f"{dst}attention/qkv/kernel"] = np.concatenate([t.pop(f"{n}.weight").T for n in qkv], axis=1)
+        if all(f"{n}.bias" in t for n in qkv):
+            out[f"{dst}attention/qkv/bias"] = np.concatenate([t.pop(f"{n}.bias") for n in qkv])
+        move(f"{src}attention.output.dense.weight", f"{dst}attention/out/kernel", np.transpose)
+        move(f"{src}attention.output.dense.bias", f"{dst}attention/out/bias")
+        move(f"{src}layernorm_after.weight", f"{dst}norm2/gamma")
+        move(f"{src}layernorm_after.bias", f"{dst}norm2/beta")
+        move(f"{src}intermediate.dense.weight", f"{dst}mlp/fc1/kernel", np.transpose)
+        move(f"{src}intermediate.dense.bias", f"{dst}mlp/fc1/bias")
+        move(f"{src}output.dense.weight", f"{dst}mlp/fc2/kernel", np.transpose)
+        move(f"{src}output.dense.bias", f"{dst}mlp/fc2/bias")
+    move("layernorm.weight", "encoder_norm/gamma")
+    move("layernorm.bias", "encoder_norm/beta")
+    move("pooler.dense.weight", "pre_logits/kernel", np.transpose)
+    move("pooler.dense.bias", "pre_logits/bias")
+    move("classifier.weight", "head/kernel", np.transpose)
+    move("classifier.bias", "head/bias")
+    out.update(t)
+    return out
+
+
+def config_fields(hf_config, tensors):
+    """ViTConfig fields from a Hugging Face `config.json` (and the tensors, for the heads)."""
+    if hf_config is None:
+        raise CheckpointError("a Hugging Face checkpoint needs its config.json beside the weights.")
+    if hf_config.get("model_type", "vit") != "vit":
+        raise CheckpointError(f"unsupported Hugging Face model_type {hf_config.get('model_type')!r}; expected 'vit'.")
+    activation = hf_config.get("hidden_act", "gelu")
+    if activation not in ("gelu", "gelu_new", "gelu_pytorch_tanh"):
+        raise CheckpointError(f"unsupported hidden_act {activation!r}; keras_vit's MLP uses GELU.")
+    heads = {k for k in tensors if k.endswith("classifier.bias")}
+    num_classes = tensors[heads.pop()].shape[0] if heads else 0
+    pooler = [k for k in tensors if k.endswith("pooler.dense.bias")]
+    return dict(
+        hidden_size=hf_config["hidden_size"],
+        num_layers=hf_config["num_hidden_layers"],
+        num_heads=hf_config["num_attention_heads"],
+        mlp_dim=hf_config["intermediate_size"],
+        image_size=hf_config.get("image_size", 224),
+        patch_size=hf_config.get("patch_size", 16),
+        channels=hf_config.get("num_channels", 3),
+        layer_norm_epsilon=hf_config.get("layer_norm_eps", 1e-12),
+        gelu_approximate=activation != "gelu",
+        qkv_bias=hf_config.get("qkv_bias", True),
+        num_classes=num_classes,
+        representation_size=tensors[pooler[0]].shape[0] if pooler else None,
+    )

@@ -1,0 +1,212 @@
+"""The official JAX layout (google-research/vision_transformer and big_vision .npz files).
+
+Every variant is first normalised to the original release's names (`_1/_2/_3` module
+suffixes, no prefix, one `encoderblock_{i}` per block); then one table maps those names to
+keras_vit variables. Query/key/value kernels are `(D, heads, head_dim)`, `out` is
+`(heads, head_dim, D)`; Conv2D kernels are HWIO in both worlds.
+"""
+
+import re
+
+import numpy as np
+
+from keras_vit.checkpoints.files import CheckpointError
+
+POS_KEY = "Transformer/posembed_input/pos_embedding"
+_PREFIXES = ("opt/target/", "params/img/", "params/")
+# Newer linen code and big_vision number the block's modules 0, 0, 1, 0.
+_LINEN_TO_ORIGINAL = {
+    "MultiHeadDotProductAttention_0": "MultiHeadDotProductAttention_1",
+    "LayerNorm_1": "LayerNorm_2",
+    "MlpBlock_0": "MlpBlock_3",
+}
+_BLOCK = re.compile(r"^Transformer/encoderblock_(\d+)/")
+
+
+def is_official(tensors):
+    return any(f"{p}embedding/kernel" in tensors for p in ("",) + _PREFIXES)
+
+
+def normalise(tensors):
+    """Any official/big_vision variant -> the original release's names (a new dict)."""
+    prefix = next((p for p in _PREFIXES if f"{p}embedding/kernel" in tensors), "")
+    out = {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
+    if any(k.startswith("MAPHead_0/") for k in out):
+        raise CheckpointError("attention-pooling (MAP head) checkpoints are not supported; use a token or GAP model.")
+    if "pos_embedding" in out:  # big_vision: top-level, without the class-token slot
+        out[POS_KEY] = out.pop("pos_embedding")
+    stacked = [k for k in out if k.startswith("Transformer/encoderblock/")]
+    for key in stacked:  # big_vision `scan`: one array per parameter, layer index first
+        value = out.pop(key)
+        rest = key[len("Transformer/encoderblock/") :]
+        for i in range(value.shape[0]):
+            out[f"Transformer/encoderblock_{i}/{rest}"] = value[i]
+    if any(_BLOCK.match(k) and "/MultiHeadDotProductAttention_0/" in k for k in out):
+        renamed = {}
+        for key, value in out.items():
+            if _BLOCK.match(key):
+                parts = key.split("/")
+                parts[2] = _LINEN_TO_ORIGINAL.get(parts[2], parts[2])
+                key = "/".join(parts)
+            renamed[key] = value
+        out = renamed
+    return out
+
+
+def config_fields(tensors):
+    """ViTConfig fields read off normalised official tensors."""
+    kernel = tensors["embedding/kernel"]
+    layers = sorted({int(m.group(1)) for k in tensors if (m := _BLOCK.match(k))})
+    query = tensors["Transformer/encoderblock_0/MultiHeadDotProductAttention_1/query/kernel"]
+    fields = dict(
+        hidden_size=kernel.shape[-1],
+        patch_size=tuple(kernel.shape[:2]),
+        channels=kernel.shape[2],
+        num_layers=len(layers),
+        num_heads=query.shape[1],
+        mlp_dim=tensors["Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel"].shape[1],
+        classifier="token" if "cls" in tensors else "gap",
+        num_classes=tensors["head/bias"].shape[-1] if "head/bias" in tensors else 0,
+        representation_size=tensors["pre_logits/bias"].shape[-1] if "pre_logits/bias" in tensors else None,
+    )
+    if "Transformer/encoderblock_0/LayerScale_0/scale" in tensors:
+        fields["layer_scale_init"] = 1e-5
+    stride = 1
+    if "conv_root/kernel" in tensors:
+        stages = sorted({int(m.group(1)) for k in tensors if (m := re.match(r"^block(\d+)/", k))})
+        fields["resnet_layers"] = tuple(
+            len({m.group(1) for k in tensors if (m := re.match(rf"^block{s}/unit(\d+)/", k))}) for s in stages
+        )
+        fields["resnet_width"] = tensors["conv_root/kernel"].shape[-1]
+        fields["channels"] = tensors["conv_root/kernel"].shape[2]
+        stride = 4 * 2 ** (len(stages) - 1)
+    tokens = tensors[POS_KEY].shape[-2]
+    if fields["classifier"] == "token" and not _is_square(tokens):  # big_vision stores no class slot
+        tokens -= 1
+    if not _is_square(tokens):
+        raise CheckpointError(f"cannot infer the image size from {tokens} position tokens; pass image_size.")
+    fields["image_size"] = int(round(tokens**0.5)) * fields["patch_size"][0] * stride
+    return fields
+
+
+def _is_square(n):
+    return int(round(n**0.5)) ** 2 == n
+
+
+def to_keras(tensors):
+    """Normalised official tensors -> {keras_vit variable path: array}. Unknown names are kept
+    under their own name, so the assignment step reports them."""
+    t = dict(tensors)
+    out = {}
+
+    def move(src, dst, fn=None):
+        if src in t:
+            value = t.pop(src)
+            out[dst] = fn(value) if fn else value
+
+    move("embedding/kernel", "patch_embedding/projection/kernel")
+    move("embedding/bias", "patch_embedding/projection/bias")
+    move("cls", "class_token/token")
+    move(POS_KEY, "position_embedding/embedding")
+    blocks = sorted({int(m.group(1)) for k in t if (m := _BLOCK.match(k))})
+    for i in blocks:
+        src, dst = f"Transformer/encoderblock_{i}/", f"block_{i}/"
+        mha = src + "MultiHeadDotProductAttention_1/"
+        for norm, name in (("LayerNorm_0", "norm1"), ("LayerNorm_2", "norm2")):
+            move(f"{src}{norm}/scale", f"{dst}{name}/gamma")
+            move(f"{src}{norm}/bias", f"{dst}{name}/beta")
+        if all(f"{mha}{n}/kernel" in t for n in ("query", "key", "value")):
+            out[f"{dst}attention/qkv/kernel"] = np.concatenate(
+                [_flat_last(t.pop(f"{mha}{n}/kernel")) for n in ("query", "key", "value")], axis=1
+            )
+        if all(f"{mha}{n}/bias" in t for n in ("query", "key", "value")):
+            out[f"{dst}attention/qkv/bias"] = np.concatenate([t.pop(f"{mha}{n}/bias").reshape(-1) for n in ("query", "key", "value")])
+        move(f"{mha}out/kernel", f"{dst}attention/out/kernel", lambda w: w.reshape(-1, w.shape[-1]))
+        move(f"{mha}out/bias", f"{dst}attention/out/bias")
+        for j, name in ((0, "fc1"), (1, "fc2")):
+            move(f"{src}MlpBlock_3/Dense_{j}/kernel", f"{dst}mlp/{name}/kernel")
+            move(f"{src}MlpBlock_3/Dense_{j}/bias", f"{dst}mlp/{name}/bias")
+        move(f"{src}LayerScale_0/scale", f"{dst}scale1/gamma")
+        move(f"{src}LayerScale_1/scale", f"{dst}scale2/gamma")
+    move("Transformer/encoder_norm/scale", "encoder_norm/gamma")
+    move("Transformer/encoder_norm/bias", "encoder_norm/beta")
+    for name in ("pre_logits", "head"):
+        move(f"{name}/kernel", f"{name}/kernel")
+        move(f"{name}/bias", f"{name}/bias")
+    move("conv_root/kernel", "resnet/conv_root/kernel")
+    move("gn_root/scale", "resnet/gn_root/gamma")
+    move("gn_root/bias", "resnet/gn_root/beta")
+    for key in [k for k in t if re.match(r"^block\d+/unit\d+/", k)]:
+        stage, unit, layer, param = re.match(r"^block(\d+)/unit(\d+)/(\w+)/(\w+)$", key).groups()
+        param = {"scale": "gamma", "bias": "beta"}.get(param, param) if layer.startswith("gn") else param
+        out[f"resnet/block{stage}_unit{unit}/{layer}/{param}"] = t.pop(key)
+    out.update(t)  # leftovers keep their names: reported as unexpected
+    return out
+
+
+def from_keras(weights, num_heads):
+    """{keras_vit variable path: array} -> official .npz names (original release)."""
+    out = {}
+    for path, value in weights.items():
+        parts = path.split("/")
+        if path.startswith("patch_embedding/projection/"):
+            out[f"embedding/{parts[-1]}"] = value
+        elif path == "class_token/token":
+            out["cls"] = value
+        elif path == "position_embedding/embedding":
+            out[POS_KEY] = value
+        elif parts[0].startswith("block_"):
+            out.update(_block_from_keras(int(parts[0][6:]), "/".join(parts[1:]), value, num_heads))
+        elif parts[0] == "encoder_norm":
+            out[f"Transformer/encoder_norm/{_norm_param(parts[1])}"] = value
+        elif parts[0] in ("pre_logits", "head"):
+            out[path] = value
+        elif parts[0] == "resnet":
+            if parts[1] in ("conv_root", "gn_root"):
+                key = f"{parts[1]}/{_norm_param(parts[2]) if parts[1].startswith('gn') else parts[2]}"
+            else:
+                stage, unit = re.match(r"block(\d+)_unit(\d+)", parts[1]).groups()
+                param = _norm_param(parts[3]) if parts[2].startswith("gn") else parts[3]
+                key = f"block{stage}/unit{unit}/{parts[2]}/{param}"
+            out[key] = value
+        else:
+            raise CheckpointError(f"no official .npz name for variable {path!r}.")
+    return out
+
+
+def _block_from_keras(i, name, value, num_heads):
+    src = f"Transformer/encoderblock_{i}/"
+    mha = src + "MultiHeadDotProductAttention_1/"
+    if name == "attention/qkv/kernel":
+        width = value.shape[0]
+        q, k, v = np.split(value, 3, axis=1)
+        return {f"{mha}{n}/kernel": w.reshape(width, num_heads, -1) for n, w in zip(("query", "key", "value"), (q, k, v))}
+    if name == "attention/qkv/bias":
+        return {f"{mha}{n}/bias": b.reshape(num_heads, -1) for n, b in zip(("query", "key", "value"), np.split(value, 3))}
+    if name == "attention/out/kernel":
+        return {f"{mha}out/kernel": value.reshape(num_heads, -1, value.shape[-1])}
+    simple = {
+        "attention/out/bias": f"{mha}out/bias",
+        "norm1/gamma": f"{src}LayerNorm_0/scale",
+        "norm1/beta": f"{src}LayerNorm_0/bias",
+        "norm2/gamma": f"{src}LayerNorm_2/scale",
+        "norm2/beta": f"{src}LayerNorm_2/bias",
+        "mlp/fc1/kernel": f"{src}MlpBlock_3/Dense_0/kernel",
+        "mlp/fc1/bias": f"{src}MlpBlock_3/Dense_0/bias",
+        "mlp/fc2/kernel": f"{src}MlpBlock_3/Dense_1/kernel",
+        "mlp/fc2/bias": f"{src}MlpBlock_3/Dense_1/bias",
+        "scale1/gamma": f"{src}LayerScale_0/scale",  # keras_vit extension (no official name)
+        "scale2/gamma": f"{src}LayerScale_1/scale",
+    }
+    if name not in simple:
+        raise CheckpointError(f"no official .npz name for variable block_{i}/{name}.")
+    return {simple[name]: value}
+
+
+def _flat_last(kernel):
+    """(D, heads, head_dim) -> (D, heads * head_dim)."""
+    return kernel.reshape(kernel.shape[0], -1)
+
+
+def _norm_param(name):
+    return {"gamma": "scale", "beta": "bias"}[name]

@@ -1,0 +1,113 @@
+"""timm `VisionTransformer` (and the R50 hybrid) state dicts: PyTorch layouts.
+
+Linear weights are `(out, in)` and become Keras `(in, out)` kernels; Conv2d weights are OIHW
+and become HWIO. timm's fused `attn.qkv` is already `[q | k | v]`, as keras_vit's is.
+"""
+
+import re
+
+from keras_vit.checkpoints.files import CheckpointError
+
+# timm does not store the head count; these are the widths of the paper's variants.
+HEADS_BY_WIDTH = {192: 3, 384: 6, 768: 12, 1024: 16, 1280: 16}
+
+
+def is_timm(tensors):
+    return "patch_embed.proj.weight" in tensors
+
+
+def _conv(w):
+    return w.transpose(2, 3, 1, 0)
+
+
+def _linear(w):
+    return w.T
+
+
+def to_keras(tensors):
+    """timm state dict -> {keras_vit variable path: array}; unknown names are kept as they are."""
+    t = dict(tensors)
+    out = {}
+    rules = [
+        (r"cls_token", "class_token/token", None),
+        (r"pos_embed", "position_embedding/embedding", None),
+        (r"patch_embed\.proj\.weight", "patch_embedding/projection/kernel", _conv),
+        (r"patch_embed\.proj\.bias", "patch_embedding/projection/bias", None),
+        (r"blocks\.(\d+)\.norm([12])\.weight", r"block_\1/norm\2/gamma", None),
+        (r"blocks\.(\d+)\.norm([12])\.bias", r"block_\1/norm\2/beta", None),
+        (r"blocks\.(\d+)\.attn\.qkv\.weight", r"block_\1/attention/qkv/kernel", _linear),
+        (r"blocks\.(\d+)\.attn\.qkv\.bias", r"block_\1/attention/qkv/bias", None),
+        (r"blocks\.(\d+)\.attn\.proj\.weight", r"block_\1/attention/out/kernel", _linear),
+        (r"blocks\.(\d+)\.attn\.proj\.bias", r"block_\1/attention/out/bias", None),
+        (r"blocks\.(\d+)\.mlp\.fc([12])\.weight", r"block_\1/mlp/fc\2/kernel", _linear),
+        (r"blocks\.(\d+)\.mlp\.fc([12])\.bias", r"block_\1/mlp/fc\2/bias", None),
+        (r"blocks\.(\d+)\.ls([12])\.gamma", r"block_\1/scale\2/gamma", None),
+        (r"norm\.weight", "encoder_norm/gamma", None),
+        (r"norm\.bias", "encoder_norm/beta", None),
+        (r"pre_logits\.fc\.weight", "pre_logits/kernel", _linear),
+        (r"pre_logits\.fc\.bias", "pre_logits/bias", None),
+        (r"head\.weight", "head/kernel", _linear),
+        (r"head\.bias", "head/bias", None),
+        # R50 hybrid backbone (ResNetV2 without pre-activation)
+        (r"patch_embed\.backbone\.stem\.conv\.weight", "resnet/conv_root/kernel", _conv),
+        (r"patch_embed\.backbone\.stem\.norm\.weight", "resnet/gn_root/gamma", None),
+        (r"patch_embed\.backbone\.stem\.norm\.bias", "resnet/gn_root/beta", None),
+        (r"patch_embed\.backbone\.stages\.(\d+)\.blocks\.(\d+)\.conv([123])\.weight", "unit:conv\\3/kernel", _conv),
+        (r"patch_embed\.backbone\.stages\.(\d+)\.blocks\.(\d+)\.norm([123])\.weight", "unit:gn\\3/gamma", None),
+        (r"patch_embed\.backbone\.stages\.(\d+)\.blocks\.(\d+)\.norm([123])\.bias", "unit:gn\\3/beta", None),
+        (r"patch_embed\.backbone\.stages\.(\d+)\.blocks\.(\d+)\.downsample\.conv\.weight", "unit:conv_proj/kernel", _conv),
+        (r"patch_embed\.backbone\.stages\.(\d+)\.blocks\.(\d+)\.downsample\.norm\.weight", "unit:gn_proj/gamma", None),
+        (r"patch_embed\.backbone\.stages\.(\d+)\.blocks\.(\d+)\.downsample\.norm\.bias", "unit:gn_proj/beta", None),
+    ]
+    compiled = [(re.compile(pattern + "$"), target, fn) for pattern, target, fn in rules]
+    for name in list(t):
+        for pattern, target, fn in compiled:
+            match = pattern.match(name)
+            if not match:
+                continue
+            if target.startswith("unit:"):
+                stage, unit = int(match.group(1)) + 1, int(match.group(2)) + 1
+                path = f"resnet/block{stage}_unit{unit}/" + match.expand(target[5:])
+            else:
+                path = match.expand(target)
+            value = t.pop(name)
+            out[path] = fn(value) if fn else value
+            break
+    out.update(t)  # leftovers keep their names: reported as unexpected
+    return out
+
+
+def config_fields(tensors):
+    """ViTConfig fields read off a timm state dict (heads from the width; see HEADS_BY_WIDTH)."""
+    kernel = tensors["patch_embed.proj.weight"]  # (D, C, P, P)
+    width = kernel.shape[0]
+    if width not in HEADS_BY_WIDTH:
+        raise CheckpointError(f"timm checkpoints do not store the head count; width {width} is not a "
+                              "known variant: pass a preset or num_heads.")  # fmt: skip
+    depth = len({m.group(1) for k in tensors if (m := re.match(r"blocks\.(\d+)\.", k))})
+    fields = dict(
+        hidden_size=width,
+        num_heads=HEADS_BY_WIDTH[width],
+        patch_size=tuple(kernel.shape[2:]),
+        channels=kernel.shape[1],
+        num_layers=depth,
+        mlp_dim=tensors["blocks.0.mlp.fc1.weight"].shape[0],
+        classifier="token" if "cls_token" in tensors else "gap",
+        num_classes=tensors["head.bias"].shape[0] if "head.bias" in tensors else 0,
+    )
+    if "blocks.0.ls1.gamma" in tensors:
+        fields["layer_scale_init"] = 1e-5
+    tokens = tensors["pos_embed"].shape[1] - (1 if "cls_token" in tensors else 0)
+    stride = 1
+    if "patch_embed.backbone.stem.conv.weight" in tensors:
+        stages = {m.group(1) for k in tensors if (m := re.match(r"patch_embed\.backbone\.stages\.(\d+)\.", k))}
+        fields["resnet_layers"] = tuple(
+            len({m.group(1) for k in tensors if (m := re.match(rf"patch_embed\.backbone\.stages\.{s}\.blocks\.(\d+)\.", k))})
+            for s in sorted(stages, key=int)
+        )
+        fields["resnet_width"] = tensors["patch_embed.backbone.stem.conv.weight"].shape[0]
+        fields["channels"] = tensors["patch_embed.backbone.stem.conv.weight"].shape[1]
+        stride = 4 * 2 ** (len(stages) - 1)
+    side = int(round(tokens**0.5))
+    fields["image_size"] = side * fields["patch_size"][0] * stride
+    return fields
