@@ -47,6 +47,8 @@ class ViTConfig:
         resnet_layers: units per ResNet stage for the hybrid, e.g. (3, 4, 9); None for a
             pure ViT.
         resnet_width: width of the ResNet root (64 for R50).
+        resnet_numerics: "official" (the Flax reference's GroupNorm and weight-standardisation
+            epsilons) or "timm" (timm's); set by the loader to match a checkpoint's source.
         normalize_inputs: map pixels from [0, 255] with `input_mean`/`input_std` inside the model.
         input_mean, input_std: per-channel statistics in pixel units [0, 255].
     """
@@ -70,6 +72,7 @@ class ViTConfig:
     channels: int = 3
     resnet_layers: Optional[Tuple[int, ...]] = None
     resnet_width: int = 64
+    resnet_numerics: str = "official"
     normalize_inputs: bool = True
     input_mean: Tuple[float, ...] = OFFICIAL_MEAN
     input_std: Tuple[float, ...] = OFFICIAL_STD
@@ -96,6 +99,8 @@ class ViTConfig:
                 f"choose num_heads among the divisors of {self.hidden_size} "
                 f"(e.g. {_nearest_divisor(self.hidden_size, self.num_heads)})."
             )
+        if self.resnet_numerics not in ("official", "timm"):
+            raise ValueError(f"`resnet_numerics` must be 'official' or 'timm'; got {self.resnet_numerics!r}.")
         if self.classifier not in CLASSIFIERS:
             raise ValueError(f"`classifier` must be one of {CLASSIFIERS}; got {self.classifier!r}.")
         feature = self.feature_size

@@ -128,7 +128,7 @@ class _Parts:
             else None
         )
         self.resnet = (
-            vit_layers.ResNetStem(c.resnet_layers, c.resnet_width, dtype=d, name="resnet")
+            vit_layers.ResNetStem(c.resnet_layers, c.resnet_width, c.resnet_numerics, dtype=d, name="resnet")
             if c.resnet_layers is not None
             else None
         )

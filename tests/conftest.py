@@ -36,10 +36,12 @@ def images(batch=2, size=(32, 32), channels=3, seed=0):
     return np.random.default_rng(seed).uniform(0, 255, (batch, *size, channels)).astype("float32")
 
 
-def sample_photo(size):
-    """scikit-learn's bundled photo (china.jpg), resized: a real image, no download."""
+def sample_photos(size):
+    """scikit-learn's bundled photos (china.jpg, flower.jpg), resized to `size` x `size`:
+    real images, no download. Pixels in [0, 255], shape (2, size, size, 3)."""
     from PIL import Image
     from sklearn.datasets import load_sample_image
 
-    photo = Image.fromarray(load_sample_image("china.jpg")).resize((size[1], size[0]), Image.BILINEAR)
-    return np.asarray(photo, dtype="float32")[None]
+    photos = [Image.fromarray(load_sample_image(name)).resize((size, size), Image.BILINEAR)
+              for name in ("china.jpg", "flower.jpg")]  # fmt: skip
+    return np.stack([np.asarray(p, dtype="float32") for p in photos])

@@ -71,15 +71,18 @@ def test_hybrid_forward_and_layout():
 
 
 def test_std_conv_standardises_each_filter():
-    layer = keras_vit.layers.StdConv2D(4, 3, epsilon=1e-5)
     x = np.random.default_rng(2).standard_normal((1, 6, 6, 2)).astype("float32")
-    y = np.asarray(layer(x))
-    w = keras.ops.convert_to_numpy(layer.kernel).astype(np.float64)
-    w = (w - w.mean(axis=(0, 1, 2))) / (w.std(axis=(0, 1, 2)) + 1e-5)
-    plain = keras.layers.Conv2D(4, 3, padding="same", use_bias=False)
-    plain.build(x.shape)
-    plain.kernel.assign(w.astype("float32"))
-    np.testing.assert_allclose(y, np.asarray(plain(x)), atol=1e-5)
+    for in_sqrt, standardise in (
+        (False, lambda w: (w - w.mean(axis=(0, 1, 2))) / (w.std(axis=(0, 1, 2)) + 1e-3)),  # official
+        (True, lambda w: (w - w.mean(axis=(0, 1, 2))) / np.sqrt(w.var(axis=(0, 1, 2)) + 1e-3)),  # timm
+    ):
+        layer = keras_vit.layers.StdConv2D(4, 3, epsilon=1e-3, epsilon_in_sqrt=in_sqrt)
+        y = np.asarray(layer(x))
+        w = standardise(keras.ops.convert_to_numpy(layer.kernel).astype(np.float64))
+        plain = keras.layers.Conv2D(4, 3, padding="same", use_bias=False)
+        plain.build(x.shape)
+        plain.kernel.assign(w.astype("float32"))
+        np.testing.assert_allclose(y, np.asarray(plain(x)), atol=1e-5)
 
 
 def test_official_initialisation():

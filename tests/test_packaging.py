@@ -10,12 +10,19 @@ def test_install_names_map_to_project_folders():
         assert Path(module.__file__).resolve() == ROOT / folder / "__init__.py"
 
 
+# The one exception: reading a torch .pth/.bin checkpoint needs torch.load (a file format,
+# imported lazily inside that reader, not a backend).
+ALLOWED = {"keras_vit/checkpoints/files.py": ("import torch",)}
+
+
 def test_library_uses_keras_ops_only():
     """keras_vit/ must run on every Keras backend: no backend framework imports."""
     banned = ("import tensorflow", "from tensorflow", "import jax", "from jax", "import torch", "from torch")
-    offenders = [
-        str(path.relative_to(ROOT))
-        for path in (ROOT / "keras_vit").rglob("*.py")
-        if any(line.lstrip().startswith(banned) for line in path.read_text().splitlines())
-    ]
+    offenders = []
+    for path in (ROOT / "keras_vit").rglob("*.py"):
+        name = str(path.relative_to(ROOT))
+        for line in path.read_text().splitlines():
+            statement = line.strip().split("  #")[0]
+            if statement.startswith(banned) and not statement.startswith(ALLOWED.get(name, ())):
+                offenders.append(f"{name}: {statement}")
     assert offenders == []

@@ -107,6 +107,7 @@ def config_fields(tensors):
         )
         fields["resnet_width"] = tensors["patch_embed.backbone.stem.conv.weight"].shape[0]
         fields["channels"] = tensors["patch_embed.backbone.stem.conv.weight"].shape[1]
+        fields["resnet_numerics"] = "timm"
         stride = 4 * 2 ** (len(stages) - 1)
     side = int(round(tokens**0.5))
     fields["image_size"] = side * fields["patch_size"][0] * stride

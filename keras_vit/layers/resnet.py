@@ -9,33 +9,47 @@ import keras
 from keras import ops
 
 GROUPS = 32
-GROUP_NORM_EPSILON = 1e-6  # flax.linen.GroupNorm default, used by the reference
-STD_CONV_EPSILON = 1e-5
+# Normalisation constants: the official Flax code (GroupNorm epsilon 1e-6, kernels divided by
+# std + 1e-5) and timm's port of it (GroupNorm 1e-5, kernels divided by sqrt(var + 1e-8)).
+# The differences reach 1e-4 in the logits; a model follows the code its weights came from.
+NUMERICS = {
+    "official": dict(group_norm_epsilon=1e-6, std_epsilon=1e-5, epsilon_in_sqrt=False),
+    "timm": dict(group_norm_epsilon=1e-5, std_epsilon=1e-8, epsilon_in_sqrt=True),
+}
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class StdConv2D(keras.layers.Conv2D):
-    """Conv2D whose kernel is standardised per output filter: (w - mean) / (std + eps)."""
+    """Conv2D whose kernel is standardised per output filter: (w - mean) / (std + eps), or
+    (w - mean) / sqrt(var + eps) with `epsilon_in_sqrt=True`."""
 
-    def __init__(self, *args, epsilon=STD_CONV_EPSILON, **kwargs):
+    def __init__(self, *args, epsilon=1e-5, epsilon_in_sqrt=False, **kwargs):
         kwargs.setdefault("use_bias", False)
         kwargs.setdefault("padding", "same")
         super().__init__(*args, **kwargs)
         self.epsilon = float(epsilon)
+        self.epsilon_in_sqrt = bool(epsilon_in_sqrt)
 
     def convolution_op(self, inputs, kernel):
         mean = ops.mean(kernel, axis=(0, 1, 2), keepdims=True)
-        std = ops.std(kernel, axis=(0, 1, 2), keepdims=True)
-        return super().convolution_op(inputs, (kernel - mean) / (std + self.epsilon))
+        var = ops.var(kernel, axis=(0, 1, 2), keepdims=True)
+        scale = ops.sqrt(var + self.epsilon) if self.epsilon_in_sqrt else ops.sqrt(var) + self.epsilon
+        return super().convolution_op(inputs, (kernel - mean) / scale)
 
     def get_config(self):
-        return {**super().get_config(), "epsilon": self.epsilon}
+        return {**super().get_config(), "epsilon": self.epsilon, "epsilon_in_sqrt": self.epsilon_in_sqrt}
 
 
-def _group_norm(name, policy, zero_scale=False):
+def _std_conv(filters, kernel_size, numerics, name, policy, strides=1):
+    n = NUMERICS[numerics]
+    return StdConv2D(filters, kernel_size, strides=strides, epsilon=n["std_epsilon"],
+                     epsilon_in_sqrt=n["epsilon_in_sqrt"], dtype=policy, name=name)  # fmt: skip
+
+
+def _group_norm(name, policy, numerics, zero_scale=False):
     return keras.layers.GroupNormalization(
         GROUPS,
-        epsilon=GROUP_NORM_EPSILON,
+        epsilon=NUMERICS[numerics]["group_norm_epsilon"],
         gamma_initializer="zeros" if zero_scale else "ones",
         dtype=policy,
         name=name,
@@ -46,24 +60,25 @@ def _group_norm(name, policy, zero_scale=False):
 class BottleneckUnit(keras.layers.Layer):
     """1x1 -> 3x3 (strided) -> 1x1 (4x width), GroupNorm after each, projection shortcut."""
 
-    def __init__(self, filters, strides=1, **kwargs):
+    def __init__(self, filters, strides=1, numerics="official", **kwargs):
         super().__init__(**kwargs)
         self.filters = int(filters)
         self.strides = int(strides)
-        p = self.dtype_policy
-        self.conv1 = StdConv2D(self.filters, 1, dtype=p, name="conv1")
-        self.gn1 = _group_norm("gn1", p)
-        self.conv2 = StdConv2D(self.filters, 3, strides=self.strides, dtype=p, name="conv2")
-        self.gn2 = _group_norm("gn2", p)
-        self.conv3 = StdConv2D(4 * self.filters, 1, dtype=p, name="conv3")
-        self.gn3 = _group_norm("gn3", p, zero_scale=True)
+        self.numerics = _check_numerics(numerics)
+        p, n = self.dtype_policy, self.numerics
+        self.conv1 = _std_conv(self.filters, 1, n, "conv1", p)
+        self.gn1 = _group_norm("gn1", p, n)
+        self.conv2 = _std_conv(self.filters, 3, n, "conv2", p, strides=self.strides)
+        self.gn2 = _group_norm("gn2", p, n)
+        self.conv3 = _std_conv(4 * self.filters, 1, n, "conv3", p)
+        self.gn3 = _group_norm("gn3", p, n, zero_scale=True)
         self.conv_proj = self.gn_proj = None
 
     def build(self, input_shape):
         if input_shape[-1] != 4 * self.filters or self.strides != 1:
-            p = self.dtype_policy
-            self.conv_proj = StdConv2D(4 * self.filters, 1, strides=self.strides, dtype=p, name="conv_proj")
-            self.gn_proj = _group_norm("gn_proj", p)
+            p, n = self.dtype_policy, self.numerics
+            self.conv_proj = _std_conv(4 * self.filters, 1, n, "conv_proj", p, strides=self.strides)
+            self.gn_proj = _group_norm("gn_proj", p, n)
         shape = tuple(input_shape)
         for conv, norm in ((self.conv1, self.gn1), (self.conv2, self.gn2), (self.conv3, self.gn3)):
             conv.build(shape)
@@ -84,25 +99,27 @@ class BottleneckUnit(keras.layers.Layer):
         return self.conv3.compute_output_shape(self.conv2.compute_output_shape(input_shape))
 
     def get_config(self):
-        return {**super().get_config(), "filters": self.filters, "strides": self.strides}
+        return {**super().get_config(), "filters": self.filters, "strides": self.strides, "numerics": self.numerics}
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class ResNetStem(keras.layers.Layer):
     """Root conv + GroupNorm + ReLU + max pool, then the bottleneck stages."""
 
-    def __init__(self, stage_sizes=(3, 4, 9), width=64, **kwargs):
+    def __init__(self, stage_sizes=(3, 4, 9), width=64, numerics="official", **kwargs):
         super().__init__(**kwargs)
         self.stage_sizes = tuple(int(n) for n in stage_sizes)
         self.width = int(width)
+        self.numerics = _check_numerics(numerics)
         p = self.dtype_policy
-        self.conv_root = StdConv2D(self.width, 7, strides=2, dtype=p, name="conv_root")
-        self.gn_root = _group_norm("gn_root", p)
+        self.conv_root = _std_conv(self.width, 7, self.numerics, "conv_root", p, strides=2)
+        self.gn_root = _group_norm("gn_root", p, self.numerics)
         self.pool = keras.layers.MaxPooling2D(3, strides=2, padding="same", dtype=p)
         self.units = [
             BottleneckUnit(
                 self.width * 2**stage,
                 strides=2 if (stage > 0 and unit == 0) else 1,
+                numerics=self.numerics,
                 dtype=p,
                 name=f"block{stage + 1}_unit{unit + 1}",
             )
@@ -132,4 +149,15 @@ class ResNetStem(keras.layers.Layer):
         return shape
 
     def get_config(self):
-        return {**super().get_config(), "stage_sizes": list(self.stage_sizes), "width": self.width}
+        return {
+            **super().get_config(),
+            "stage_sizes": list(self.stage_sizes),
+            "width": self.width,
+            "numerics": self.numerics,
+        }
+
+
+def _check_numerics(numerics):
+    if numerics not in NUMERICS:
+        raise ValueError(f"ResNet numerics must be one of {tuple(NUMERICS)}; got {numerics!r}.")
+    return numerics

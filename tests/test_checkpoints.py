@@ -1,0 +1,275 @@
+"""Checkpoint formats, policies and errors, offline, with files written here in the real formats."""
+
+import json
+import logging
+import struct
+
+import keras
+import numpy as np
+import pytest
+
+import keras_vit
+from conftest import images, perturb, tiny_config
+from keras_vit.checkpoints import CheckpointError, known
+from keras_vit.checkpoints.files import read_safetensors
+
+
+def _logits(model, x):
+    return np.asarray(model(x))
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, {"classifier": "gap"}, {"representation_size": 24, "layer_scale_init": 0.1},
+     {"resnet_layers": (1, 2), "resnet_width": 32, "patch_size": 1, "image_size": 64}],
+    ids=["token", "gap", "prelogits_layerscale", "hybrid"],
+)  # fmt: skip
+def test_npz_round_trip_is_bit_exact(tmp_path, overrides):
+    model = perturb(keras_vit.ViT(tiny_config(**overrides)))
+    path = tmp_path / "model.npz"
+    keras_vit.save_npz(model, path)
+    restored = keras_vit.ViT.from_checkpoint(path)
+    # LayerScale's initial value is not in the weights (it only matters for fresh training).
+    assert restored.config.replace(layer_scale_init=model.config.layer_scale_init) == model.config
+    for a, b in zip(model.weights, restored.weights):
+        assert a.path == b.path
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(a), keras.ops.convert_to_numpy(b))
+    x = images(size=model.config.image_size)
+    np.testing.assert_array_equal(_logits(restored, x), _logits(model, x))
+
+
+def test_official_key_layout(tmp_path):
+    model = keras_vit.ViT(tiny_config(representation_size=16))
+    keras_vit.save_npz(model, tmp_path / "m.npz")
+    with np.load(tmp_path / "m.npz", allow_pickle=False) as f:
+        shapes = {k: f[k].shape for k in f.files}
+    block = "Transformer/encoderblock_1/"
+    assert shapes["embedding/kernel"] == (8, 8, 3, 64) and shapes["cls"] == (1, 1, 64)
+    assert shapes["Transformer/posembed_input/pos_embedding"] == (1, 17, 64)
+    assert shapes[block + "MultiHeadDotProductAttention_1/query/kernel"] == (64, 4, 16)
+    assert shapes[block + "MultiHeadDotProductAttention_1/value/bias"] == (4, 16)
+    assert shapes[block + "MultiHeadDotProductAttention_1/out/kernel"] == (4, 16, 64)
+    assert shapes[block + "MlpBlock_3/Dense_0/kernel"] == (64, 128)
+    assert shapes[block + "LayerNorm_2/scale"] == (64,)
+    assert shapes["Transformer/encoder_norm/bias"] == (64,)
+    assert shapes["pre_logits/kernel"] == (64, 16) and shapes["head/kernel"] == (16, 7)
+
+
+def _official(model, tmp_path):
+    path = tmp_path / "official.npz"
+    keras_vit.save_npz(model, path)
+    with np.load(path, allow_pickle=False) as f:
+        return {k: f[k] for k in f.files}
+
+
+def test_linen_names_and_big_vision_layouts_load(tmp_path):
+    """Newer Flax `_0/_0/_1/_0` names; big_vision's `params/` prefix, class-slot-free position
+    embedding and scanned (stacked) blocks: all give the original model's logits."""
+    model = perturb(keras_vit.ViT(tiny_config(classifier="gap")))
+    x = images()
+    tensors = _official(model, tmp_path)
+    rename = {"MultiHeadDotProductAttention_1": "MultiHeadDotProductAttention_0", "LayerNorm_2": "LayerNorm_1",
+              "MlpBlock_3": "MlpBlock_0"}  # fmt: skip
+
+    def linen(key):
+        for old, new in rename.items():
+            key = key.replace(f"/{old}/", f"/{new}/")
+        return key
+
+    linen_tensors = {linen(k): v for k, v in tensors.items()}
+    np.savez(tmp_path / "linen.npz", **linen_tensors)
+    big_vision = {f"params/{k}": v for k, v in linen_tensors.items() if "posembed" not in k}
+    big_vision["params/pos_embedding"] = tensors["Transformer/posembed_input/pos_embedding"]
+    np.savez(tmp_path / "big_vision.npz", **big_vision)
+    scanned = {k: v for k, v in big_vision.items() if "encoderblock_" not in k}
+    for key in [k for k in big_vision if "encoderblock_0/" in k]:
+        stacked = [big_vision[key.replace("encoderblock_0/", f"encoderblock_{i}/")] for i in range(2)]
+        scanned[key.replace("encoderblock_0/", "encoderblock/")] = np.stack(stacked)
+    np.savez(tmp_path / "scanned.npz", **scanned)
+    for name in ("linen", "big_vision", "scanned"):
+        loaded = keras_vit.ViT.from_checkpoint(tmp_path / f"{name}.npz")
+        assert loaded.config == model.config, name
+        np.testing.assert_array_equal(_logits(loaded, x), _logits(model, x))
+
+
+def test_big_vision_token_model_keeps_class_slot(tmp_path):
+    model = perturb(keras_vit.ViT(tiny_config()))
+    tensors = _official(model, tmp_path)
+    pos = tensors.pop("Transformer/posembed_input/pos_embedding")
+    tensors = {f"params/{k}": v for k, v in tensors.items()}
+    tensors["params/pos_embedding"] = pos[:, 1:]  # big_vision has no class-token slot
+    np.savez(tmp_path / "bv.npz", **tensors)
+    target = keras_vit.ViT(tiny_config())
+    before = keras.ops.convert_to_numpy(target.get_layer("position_embedding").embedding)[:, :1]
+    keras_vit.load_weights(target, tmp_path / "bv.npz")
+    after = keras.ops.convert_to_numpy(target.get_layer("position_embedding").embedding)
+    np.testing.assert_array_equal(after[:, :1], before)
+    np.testing.assert_array_equal(after[:, 1:], pos[:, 1:])
+
+
+def test_head_policy_and_one_log_line(tmp_path, caplog):
+    source = perturb(keras_vit.ViT(tiny_config(representation_size=16)))
+    path = tmp_path / "src.npz"
+    keras_vit.save_npz(source, path)
+    same = keras_vit.ViT(tiny_config(representation_size=16))
+    with caplog.at_level(logging.WARNING, logger="keras_vit"):
+        assert keras_vit.load_weights(same, path) == []
+    assert not caplog.records
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(same.get_layer("head").kernel),
+                                  keras.ops.convert_to_numpy(source.get_layer("head").kernel))  # fmt: skip
+    other = keras_vit.ViT(tiny_config(num_classes=3))
+    with caplog.at_level(logging.WARNING, logger="keras_vit"):
+        notes = keras_vit.load_weights(other, path)
+    assert len(caplog.records) == 1 and "new zero head" in caplog.text and "pre-logits" in caplog.text
+    assert len(notes) == 2
+    assert not np.any(keras.ops.convert_to_numpy(other.get_layer("head").kernel))
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(other.get_layer("block_1").mlp.fc2.kernel),
+                                  keras.ops.convert_to_numpy(source.get_layer("block_1").mlp.fc2.kernel))  # fmt: skip
+    headless = keras_vit.ViT(tiny_config(num_classes=0, representation_size=16))
+    assert "dropped the checkpoint's 7-class head" in keras_vit.load_weights(headless, path)[0]
+
+
+def test_higher_resolution_resamples_position_embeddings(tmp_path):
+    source = perturb(keras_vit.ViT(tiny_config()))
+    keras_vit.save_npz(source, tmp_path / "m.npz")
+    big = keras_vit.ViT.from_preset("vit_ti16", weights=None, **tiny_config().to_dict() | {"image_size": 64})
+    keras_vit.load_weights(big, tmp_path / "m.npz")
+    expected = keras_vit.resample_position_embeddings(
+        keras.ops.convert_to_numpy(source.get_layer("position_embedding").embedding), (8, 8))
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(big.get_layer("position_embedding").embedding), expected)
+    np.testing.assert_allclose(_logits(big, images(size=(64, 64))), _logits(source.resized(64), images(size=(64, 64))),
+                               atol=1e-6)  # fmt: skip
+
+
+def test_grayscale_model_sums_rgb_filters(tmp_path):
+    rgb = perturb(keras_vit.ViT(tiny_config()))
+    keras_vit.save_npz(rgb, tmp_path / "rgb.npz")
+    gray = keras_vit.ViT(tiny_config(channels=1, input_mean=[127.5], input_std=[127.5]))
+    keras_vit.load_weights(gray, tmp_path / "rgb.npz")
+    x = images(channels=1)
+    np.testing.assert_allclose(_logits(gray, x), _logits(rgb, np.repeat(x, 3, axis=-1)), atol=1e-4)
+
+
+def _save(tmp_path, model, drop=None, add=None, reshape=None):
+    tensors = _official(model, tmp_path)
+    if drop:
+        tensors.pop(drop)
+    if add:
+        tensors.update(add)
+    if reshape:
+        tensors[reshape] = tensors[reshape][..., :-1]
+    path = tmp_path / "edited.npz"
+    np.savez(path, **tensors)
+    return path
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (dict(drop="Transformer/encoderblock_1/MlpBlock_3/Dense_1/bias"), r"missing tensor\(s\) for 'block_1/mlp/fc2/bias'"),
+        (dict(add={"Transformer/encoderblock_1/Extra_9/kernel": np.zeros(3)}), r"no place for: 'Transformer/encoderblock_1/Extra_9/kernel'"),
+        (dict(reshape="Transformer/encoder_norm/scale"), r"'encoder_norm/gamma' has shape \(63,\), the model expects \(64,\)"),
+        (dict(drop="Transformer/encoderblock_1/LayerNorm_0/scale"), r"missing tensor\(s\) for 'block_1/norm1/gamma'"),
+    ],
+    ids=["missing", "extra", "wrong_shape", "missing_norm"],
+)
+def test_mismatches_are_errors_and_write_nothing(tmp_path, edit, message):
+    source = perturb(keras_vit.ViT(tiny_config()))
+    path = _save(tmp_path, source, **edit)
+    target = keras_vit.ViT(tiny_config())
+    before = [keras.ops.convert_to_numpy(w).copy() for w in target.weights]
+    with pytest.raises(CheckpointError, match=message):
+        keras_vit.load_weights(target, path)
+    for b, w in zip(before, target.weights):
+        np.testing.assert_array_equal(b, keras.ops.convert_to_numpy(w))
+
+
+def test_deeper_checkpoint_is_an_error(tmp_path):
+    keras_vit.save_npz(keras_vit.ViT(tiny_config(num_layers=3)), tmp_path / "deep.npz")
+    with pytest.raises(CheckpointError, match=r"no place for: 'block_2/"):
+        keras_vit.load_weights(keras_vit.ViT(tiny_config()), tmp_path / "deep.npz")
+
+
+def test_truncated_corrupt_and_unknown_files(tmp_path):
+    model = keras_vit.ViT(tiny_config())
+    keras_vit.save_npz(model, tmp_path / "good.npz")
+    data = (tmp_path / "good.npz").read_bytes()
+    (tmp_path / "truncated.npz").write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match=r"truncated.npz: corrupt or truncated \.npz"):
+        keras_vit.load_weights(model, tmp_path / "truncated.npz")
+    (tmp_path / "noise.npz").write_bytes(b"\x00" * 100)
+    with pytest.raises(CheckpointError, match=r"noise.npz: corrupt or truncated"):
+        keras_vit.load_weights(model, tmp_path / "noise.npz")
+    np.savez(tmp_path / "pickled.npz", weights=np.array([{"a": 1}], dtype=object))
+    with pytest.raises(CheckpointError, match=r"pickled.npz: corrupt or truncated .npz file \(Object arrays"):
+        keras_vit.load_weights(model, tmp_path / "pickled.npz")
+    np.savez(tmp_path / "other.npz", foo=np.zeros(3))
+    with pytest.raises(CheckpointError, match=r"not a ViT checkpoint keras_vit knows.*foo"):
+        keras_vit.load_weights(model, tmp_path / "other.npz")
+    with pytest.raises(CheckpointError, match=r"checkpoint not found: .*absent.npz"):
+        keras_vit.load_weights(model, tmp_path / "absent.npz")
+    (tmp_path / "weights.h5").write_bytes(b"x")
+    with pytest.raises(CheckpointError, match=r"unsupported checkpoint type \.h5"):
+        keras_vit.load_weights(model, tmp_path / "weights.h5")
+
+
+def _write_safetensors(path, tensors, dtype="F32"):
+    header, chunks, offset = {}, [], 0
+    for name, value in tensors.items():
+        raw = value.astype(np.float32).tobytes() if dtype == "F32" else (value.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16).tobytes()
+        header[name] = {"dtype": dtype, "shape": list(value.shape), "data_offsets": [offset, offset + len(raw)]}
+        chunks.append(raw)
+        offset += len(raw)
+    blob = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(blob)) + blob + b"".join(chunks))
+
+
+def test_safetensors_reader_float32_bfloat16_and_truncation(tmp_path):
+    rng = np.random.default_rng(0)
+    tensors = {"a": rng.standard_normal((3, 4)).astype("float32"), "b": rng.standard_normal(5).astype("float32")}
+    _write_safetensors(tmp_path / "f32.safetensors", tensors)
+    got = read_safetensors(tmp_path / "f32.safetensors")
+    for k in tensors:
+        np.testing.assert_array_equal(got[k], tensors[k])
+    _write_safetensors(tmp_path / "bf16.safetensors", tensors, dtype="BF16")
+    got = read_safetensors(tmp_path / "bf16.safetensors")
+    np.testing.assert_allclose(got["a"], tensors["a"], rtol=1e-2)  # bfloat16 keeps 8 bits of mantissa
+    data = (tmp_path / "f32.safetensors").read_bytes()
+    (tmp_path / "cut.safetensors").write_bytes(data[:-8])
+    with pytest.raises(CheckpointError, match=r"truncated .safetensors file \(tensor 'b' is cut off\)"):
+        read_safetensors(tmp_path / "cut.safetensors")
+    (tmp_path / "head.safetensors").write_bytes(data[:20])
+    with pytest.raises(CheckpointError, match=r"header runs past the end"):
+        read_safetensors(tmp_path / "head.safetensors")
+
+
+def test_known_names_offline_say_which_url_and_how_to_pass_the_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path))
+    name = "vit_ti16.augreg_in21k_ft_in1k"
+    assert name in keras_vit.list_checkpoints()
+    preset, overrides, url = known.KNOWN_CHECKPOINTS[name]
+    assert preset == "vit_ti16" and url.startswith("https://storage.googleapis.com/vit_models/augreg/Ti_16-i21k")
+    # Port 9 on loopback refuses at once: the same error path as an offline machine.
+    monkeypatch.setitem(known.KNOWN_CHECKPOINTS, name, (preset, overrides, "http://127.0.0.1:9/Ti_16.npz"))
+    with pytest.raises(CheckpointError, match=r"cannot download 'vit_ti16.augreg_in21k_ft_in1k' from "
+                                              r"http://127.0.0.1:9/Ti_16.npz .*weights='/path/to/Ti_16.npz'"):  # fmt: skip
+        keras_vit.ViT.from_preset("vit_ti16", weights=name)
+
+
+def test_known_name_cache_and_checksum(tmp_path, monkeypatch):
+    """A file:// URL stands in for the download: fetched once, then checked against its digest."""
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "home"))
+    model = perturb(keras_vit.ViT(tiny_config()))
+    keras_vit.save_npz(model, tmp_path / "published.npz")
+    name = "vit_ti16.augreg_in21k_ft_in1k"
+    monkeypatch.setitem(known.KNOWN_CHECKPOINTS, name, ("vit_ti16", {}, (tmp_path / "published.npz").as_uri()))
+    first = known.fetch(name)
+    assert first.parent == tmp_path / "home" / "keras_vit" and first.with_name(first.name + ".sha256").exists()
+    target = keras_vit.ViT(tiny_config())
+    keras_vit.load_weights(target, name)
+    np.testing.assert_array_equal(_logits(target, images()), _logits(model, images()))
+    data = bytearray(first.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    first.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="does not match the checksum of its first download"):
+        known.fetch(name)

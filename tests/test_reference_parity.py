@@ -1,0 +1,112 @@
+"""keras_vit computes what timm and Hugging Face compute, from their own checkpoint files.
+
+Reference models are random-initialised, every tensor perturbed off its init (so a dropped or
+swapped tensor shows), written to disk in their native formats, and compared on real photos
+(scikit-learn's bundled china.jpg and flower.jpg) in float32.
+"""
+
+import numpy as np
+import pytest
+
+import keras_vit
+import torchvision_stub
+from conftest import perturb, sample_photos
+
+torch = pytest.importorskip("torch")
+torchvision_stub.install()  # before timm: see torchvision_stub.py
+timm = pytest.importorskip("timm")
+TOLERANCE = 1e-4
+
+
+def to_torch(pixels):
+    """[0, 255] NHWC -> the references' normalised NCHW input ((x / 255 - 0.5) / 0.5)."""
+    return torch.from_numpy((pixels / 127.5 - 1.0).transpose(0, 3, 1, 2).copy())
+
+
+def perturbed(module, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=generator))
+    return module.eval()
+
+
+def max_diff(keras_model, reference_logits, pixels):
+    return float(np.abs(np.asarray(keras_model(pixels)) - reference_logits).max())
+
+
+@pytest.mark.parametrize("name, preset", [("vit_tiny_patch16_224", "vit_ti16"), ("vit_small_patch16_224", "vit_s16"),
+                                          ("vit_base_patch32_224", "vit_b32"), ("vit_base_r50_s16_224", "vit_r50_b16")])  # fmt: skip
+def test_timm_state_dicts(tmp_path, name, preset):
+    from safetensors.torch import save_file
+
+    reference = perturbed(timm.create_model(name, pretrained=False, num_classes=1000))
+    pixels = sample_photos(224)
+    with torch.no_grad():
+        expected = reference(to_torch(pixels)).numpy()
+    save_file(reference.state_dict(), tmp_path / "model.safetensors")
+    torch.save(reference.state_dict(), tmp_path / "model.pth")
+    from_safetensors = keras_vit.ViT.from_checkpoint(tmp_path / "model.safetensors")  # config read off the file
+    assert max_diff(from_safetensors, expected, pixels) <= TOLERANCE
+    numerics = {"resnet_numerics": "timm"} if preset == "vit_r50_b16" else {}  # timm's epsilons
+    from_pth = keras_vit.ViT.from_preset(preset, weights=tmp_path / "model.pth", **numerics)
+    assert max_diff(from_pth, expected, pixels) <= TOLERANCE
+
+
+def test_huggingface_vit_for_image_classification(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    config = transformers.ViTConfig(hidden_size=192, num_hidden_layers=4, num_attention_heads=3, intermediate_size=768,
+                                    image_size=224, patch_size=16, num_labels=10)  # fmt: skip
+    reference = perturbed(transformers.ViTForImageClassification(config))
+    reference.save_pretrained(tmp_path / "hf")
+    pixels = sample_photos(224)
+    with torch.no_grad():
+        expected = reference(pixel_values=to_torch(pixels)).logits.numpy()
+    model = keras_vit.ViT.from_checkpoint(tmp_path / "hf")
+    assert model.config.num_classes == 10 and model.config.layer_norm_epsilon == config.layer_norm_eps
+    assert max_diff(model, expected, pixels) <= TOLERANCE
+
+
+def test_huggingface_vit_model_pooler_is_pre_logits(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    config = transformers.ViTConfig(hidden_size=192, num_hidden_layers=2, num_attention_heads=3, intermediate_size=768,
+                                    image_size=64, patch_size=16)  # fmt: skip
+    reference = perturbed(transformers.ViTModel(config))
+    reference.save_pretrained(tmp_path / "hf")
+    pixels = sample_photos(64)
+    with torch.no_grad():
+        expected = reference(pixel_values=to_torch(pixels)).pooler_output.numpy()
+    model = keras_vit.ViT.from_checkpoint(tmp_path / "hf")
+    assert model.config.num_classes == 0 and model.config.representation_size == 192
+    assert max_diff(model, expected, pixels) <= TOLERANCE
+
+
+def test_npz_from_save_npz_is_read_by_timms_official_loader(tmp_path):
+    """Pins our .npz key layout to the official one: timm's own loader reads it."""
+    from timm.models.vision_transformer import _load_weights
+
+    model = perturb(keras_vit.ViT.from_preset("vit_ti16"))
+    keras_vit.save_npz(model, tmp_path / "ours.npz")
+    reference = timm.create_model("vit_tiny_patch16_224", pretrained=False).eval()
+    _load_weights(reference, str(tmp_path / "ours.npz"))
+    pixels = sample_photos(224)
+    with torch.no_grad():
+        expected = reference(to_torch(pixels)).numpy()
+    assert max_diff(model, expected, pixels) <= TOLERANCE
+
+
+def test_224_checkpoint_at_384_matches_timm_resampling(tmp_path):
+    from timm.models.vision_transformer import _load_weights
+
+    source = perturbed(timm.create_model("vit_tiny_patch16_224", pretrained=False))
+    keras_224 = keras_vit.ViT.from_preset("vit_ti16")
+    keras_vit.checkpoints.assign(keras_224, keras_vit.checkpoints.timm.to_keras(
+        {k: v.numpy() for k, v in source.state_dict().items()}), "timm")  # fmt: skip
+    keras_vit.save_npz(keras_224, tmp_path / "ti16_224.npz")
+    reference = timm.create_model("vit_tiny_patch16_384", pretrained=False).eval()
+    _load_weights(reference, str(tmp_path / "ti16_224.npz"))  # bilinear, no antialias
+    model = keras_vit.ViT.from_preset("vit_ti16", image_size=384, weights=tmp_path / "ti16_224.npz")
+    pixels = sample_photos(384)
+    with torch.no_grad():
+        expected = reference(to_torch(pixels)).numpy()
+    assert max_diff(model, expected, pixels) <= TOLERANCE
