@@ -55,3 +55,39 @@ def test_console_script_help_and_presets():
     assert result.returncode == 0 and "vit_r50_b16" in result.stdout and "vit_h14" in result.stdout
     result = subprocess.run([exe, "frobnicate"], capture_output=True, text=True, env=env)
     assert result.returncode == 2 and "invalid choice" in result.stderr
+
+
+def test_convert_reads_the_architecture_off_the_checkpoint(tmp_path, capsys):
+    import keras
+    import numpy as np
+
+    import keras_vit
+    from conftest import images, perturb, tiny_config
+
+    source = perturb(keras_vit.ViT(tiny_config()))
+    keras_vit.save_npz(source, tmp_path / "src.npz")
+    out = tmp_path / "model.keras"
+    assert main(["convert", str(tmp_path / "src.npz"), str(out)]) == 0
+    assert "wrote" in capsys.readouterr().out
+    converted = keras.saving.load_model(out, safe_mode=True)
+    np.testing.assert_array_equal(np.asarray(converted(images())), np.asarray(source(images())))
+    assert main(["convert", str(tmp_path / "src.npz"), str(out)]) == 2  # never overwrites silently
+    assert "exists; pass --overwrite" in capsys.readouterr().err
+    assert main(["convert", str(tmp_path / "src.npz"), str(out), "--overwrite", "--image-size", "64",
+                 "--num-classes", "3"]) == 0  # fmt: skip
+    assert keras.saving.load_model(out).config.image_size == (64, 64)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["convert", "/no/such.npz", "out.keras"], "checkpoint not found: /no/such.npz"),
+        (["convert", "vit_b16.augreg_in21k_ft_in1k_385", "out.keras"], "Close known names: vit_b16.augreg_in21k_ft_in1k_384"),
+        (["convert", "x.npz", "out.h5"], "the output must be a .keras file"),
+    ],
+)
+def test_convert_bad_input(argv, message, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]

@@ -5,6 +5,7 @@
     keras_vit.ViT.from_checkpoint("model.safetensors")  # config read off the checkpoint
 """
 
+import difflib
 from pathlib import Path
 
 from keras_vit.checkpoints import huggingface, official, timm
@@ -34,12 +35,8 @@ def resolve(source):
         return fetch(source)
     path = Path(source)
     if not path.exists():
-        hint = ""
-        if isinstance(source, str) and "." in source and "/" not in source and not path.suffix[1:] in ("npz", "safetensors", "pth", "bin", "pt"):
-            import difflib
-
-            close = difflib.get_close_matches(source, KNOWN_CHECKPOINTS, n=3)
-            hint = f" Close known names: {', '.join(close)}." if close else ""
+        close = difflib.get_close_matches(str(source), KNOWN_CHECKPOINTS, n=3)
+        hint = f" Close known names: {', '.join(close)}." if close else ""
         raise CheckpointError(f"checkpoint not found: {source} (neither a file nor a known name).{hint}")
     return path
 

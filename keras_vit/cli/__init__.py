@@ -3,9 +3,9 @@
 import argparse
 import sys
 
-from keras_vit.cli import presets_command, summary_command
+from keras_vit.cli import convert_command, presets_command, summary_command
 
-COMMANDS = (presets_command, summary_command)
+COMMANDS = (presets_command, summary_command, convert_command)
 
 
 class CommandError(Exception):
@@ -29,7 +29,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         return args.run(args) or 0
-    except (CommandError, ValueError, FileNotFoundError, OSError) as error:
+    except (CommandError, ValueError, OSError) as error:  # CheckpointError is a ValueError
         print(f"keras-vit {args.command}: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -1,0 +1,51 @@
+"""`keras-vit convert`: any supported checkpoint -> a .keras model file."""
+
+from pathlib import Path
+
+
+def add_parser(subparsers):
+    parser = subparsers.add_parser(
+        "convert",
+        help="convert an official .npz, timm or Hugging Face checkpoint to a .keras model",
+        description="Read a checkpoint (official/big_vision .npz, timm .safetensors/.pth/.bin, a Hugging Face "
+        "model folder, or a known name from `keras_vit.list_checkpoints()`) and save it as a .keras model. "
+        "Without --preset the architecture is read off the checkpoint; with it, the preset (and "
+        "--image-size/--num-classes) decides and the checkpoint is adapted: position embeddings "
+        "resampled, a fresh zero head when the class count differs.",
+    )
+    parser.add_argument("source", help="checkpoint file, Hugging Face folder or known checkpoint name")
+    parser.add_argument("output", help="the .keras file to write")
+    parser.add_argument("--preset", help="build this preset instead of reading the architecture off the file")
+    parser.add_argument("--image-size", type=int, nargs="+", metavar="PIXELS", help="H [W] of the converted model")
+    parser.add_argument("--num-classes", type=int, help="classes of the converted model's head (0: none)")
+    parser.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it exists")
+    parser.set_defaults(run=run)
+
+
+def run(args):
+    import keras_vit
+    from keras_vit.cli import CommandError
+
+    output = Path(args.output)
+    if output.suffix != ".keras":
+        raise CommandError(f"the output must be a .keras file; got {output}.")
+    if output.exists() and not args.overwrite:
+        raise CommandError(f"{output} exists; pass --overwrite to replace it.")
+    overrides = {}
+    if args.image_size:
+        if len(args.image_size) > 2:
+            raise CommandError("--image-size takes one or two values (height [width]).")
+        overrides["image_size"] = tuple(args.image_size) * (3 - len(args.image_size))
+    if args.num_classes is not None:
+        overrides["num_classes"] = args.num_classes
+    if args.preset:
+        model = keras_vit.ViT.from_preset(args.preset, weights=args.source, **overrides)
+    else:
+        model = keras_vit.ViT.from_checkpoint(args.source, **overrides)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    temporary = output.with_name(output.name + ".tmp.keras")
+    model.save(temporary)
+    temporary.replace(output)
+    c = model.config
+    print(f"wrote {output}: {keras_vit.count_params(model):,} parameters, {c.num_layers} layers, width "
+          f"{c.hidden_size}, {c.num_heads} heads, {c.image_size[0]}x{c.image_size[1]} input, {c.num_classes} classes")  # fmt: skip
