@@ -9,6 +9,7 @@ import re
 import numpy as np
 
 from keras_vit.checkpoints.files import CheckpointError
+from keras_vit.checkpoints.remap import Remap
 
 
 def is_huggingface(tensors):
@@ -16,45 +17,37 @@ def is_huggingface(tensors):
 
 
 def to_keras(tensors):
-    """HF state dict -> {keras_vit variable path: array}; unknown names are kept as they are."""
-    t = {k[len("vit.") :] if k.startswith("vit.") else k: v for k, v in tensors.items()}
-    out = {}
-
-    def move(src, dst, fn=None):
-        if src in t:
-            value = t.pop(src)
-            out[dst] = fn(value) if fn else value
-
-    move("embeddings.cls_token", "class_token/token")
-    move("embeddings.position_embeddings", "position_embedding/embedding")
-    move("embeddings.patch_embeddings.projection.weight", "patch_embedding/projection/kernel", lambda w: w.transpose(2, 3, 1, 0))
-    move("embeddings.patch_embeddings.projection.bias", "patch_embedding/projection/bias")
-    layers = sorted({int(m.group(1)) for k in t if (m := re.match(r"encoder\.layer\.(\d+)\.", k))})
-    for i in layers:
+    """HF state dict -> {keras_vit variable path: array}."""
+    r = Remap({k[len("vit.") :] if k.startswith("vit.") else k: v for k, v in tensors.items()})
+    r.move("embeddings.cls_token", "class_token/token")
+    r.move("embeddings.position_embeddings", "position_embedding/embedding")
+    r.move("embeddings.patch_embeddings.projection.weight", "patch_embedding/projection/kernel",
+           lambda w: w.transpose(2, 3, 1, 0))  # fmt: skip
+    r.move("embeddings.patch_embeddings.projection.bias", "patch_embedding/projection/bias")
+    for i in sorted({int(m.group(1)) for k in r.source if (m := re.match(r"encoder\.layer\.(\d+)\.", k))}):
         src, dst = f"encoder.layer.{i}.", f"block_{i}/"
-        move(f"{src}layernorm_before.weight", f"{dst}norm1/gamma")
-        move(f"{src}layernorm_before.bias", f"{dst}norm1/beta")
+        r.move(f"{src}layernorm_before.weight", f"{dst}norm1/gamma")
+        r.move(f"{src}layernorm_before.bias", f"{dst}norm1/beta")
         qkv = [f"{src}attention.attention.{n}" for n in ("query", "key", "value")]
-        if all(f"{n}.weight" in t for n in qkv):
-            out[f"{dst}attention/qkv/kernel"] = np.concatenate([t.pop(f"{n}.weight").T for n in qkv], axis=1)
-        if all(f"{n}.bias" in t for n in qkv):
-            out[f"{dst}attention/qkv/bias"] = np.concatenate([t.pop(f"{n}.bias") for n in qkv])
-        move(f"{src}attention.output.dense.weight", f"{dst}attention/out/kernel", np.transpose)
-        move(f"{src}attention.output.dense.bias", f"{dst}attention/out/bias")
-        move(f"{src}layernorm_after.weight", f"{dst}norm2/gamma")
-        move(f"{src}layernorm_after.bias", f"{dst}norm2/beta")
-        move(f"{src}intermediate.dense.weight", f"{dst}mlp/fc1/kernel", np.transpose)
-        move(f"{src}intermediate.dense.bias", f"{dst}mlp/fc1/bias")
-        move(f"{src}output.dense.weight", f"{dst}mlp/fc2/kernel", np.transpose)
-        move(f"{src}output.dense.bias", f"{dst}mlp/fc2/bias")
-    move("layernorm.weight", "encoder_norm/gamma")
-    move("layernorm.bias", "encoder_norm/beta")
-    move("pooler.dense.weight", "pre_logits/kernel", np.transpose)
-    move("pooler.dense.bias", "pre_logits/bias")
-    move("classifier.weight", "head/kernel", np.transpose)
-    move("classifier.bias", "head/bias")
-    out.update(t)
-    return out
+        if r.has(*(f"{n}.weight" for n in qkv)):
+            r.out[f"{dst}attention/qkv/kernel"] = np.concatenate([r.pop(f"{n}.weight").T for n in qkv], axis=1)
+        if r.has(*(f"{n}.bias" for n in qkv)):
+            r.out[f"{dst}attention/qkv/bias"] = np.concatenate([r.pop(f"{n}.bias") for n in qkv])
+        r.move(f"{src}attention.output.dense.weight", f"{dst}attention/out/kernel", np.transpose)
+        r.move(f"{src}attention.output.dense.bias", f"{dst}attention/out/bias")
+        r.move(f"{src}layernorm_after.weight", f"{dst}norm2/gamma")
+        r.move(f"{src}layernorm_after.bias", f"{dst}norm2/beta")
+        r.move(f"{src}intermediate.dense.weight", f"{dst}mlp/fc1/kernel", np.transpose)
+        r.move(f"{src}intermediate.dense.bias", f"{dst}mlp/fc1/bias")
+        r.move(f"{src}output.dense.weight", f"{dst}mlp/fc2/kernel", np.transpose)
+        r.move(f"{src}output.dense.bias", f"{dst}mlp/fc2/bias")
+    r.move("layernorm.weight", "encoder_norm/gamma")
+    r.move("layernorm.bias", "encoder_norm/beta")
+    r.move("pooler.dense.weight", "pre_logits/kernel", np.transpose)
+    r.move("pooler.dense.bias", "pre_logits/bias")
+    r.move("classifier.weight", "head/kernel", np.transpose)
+    r.move("classifier.bias", "head/bias")
+    return r.result()
 
 
 def config_fields(hf_config, tensors):

@@ -11,6 +11,7 @@ import re
 import numpy as np
 
 from keras_vit.checkpoints.files import CheckpointError
+from keras_vit.checkpoints.remap import Remap
 
 POS_KEY = "Transformer/posembed_input/pos_embedding"
 _PREFIXES = ("opt/target/", "params/img/", "params/")
@@ -94,54 +95,44 @@ def _is_square(n):
 
 
 def to_keras(tensors):
-    """Normalised official tensors -> {keras_vit variable path: array}. Unknown names are kept
-    under their own name, so the assignment step reports them."""
-    t = dict(tensors)
-    out = {}
-
-    def move(src, dst, fn=None):
-        if src in t:
-            value = t.pop(src)
-            out[dst] = fn(value) if fn else value
-
-    move("embedding/kernel", "patch_embedding/projection/kernel")
-    move("embedding/bias", "patch_embedding/projection/bias")
-    move("cls", "class_token/token")
-    move(POS_KEY, "position_embedding/embedding")
-    blocks = sorted({int(m.group(1)) for k in t if (m := _BLOCK.match(k))})
-    for i in blocks:
+    """Normalised official tensors -> {keras_vit variable path: array}."""
+    r = Remap(tensors)
+    r.move("embedding/kernel", "patch_embedding/projection/kernel")
+    r.move("embedding/bias", "patch_embedding/projection/bias")
+    r.move("cls", "class_token/token")
+    r.move(POS_KEY, "position_embedding/embedding")
+    for i in sorted({int(m.group(1)) for k in tensors if (m := _BLOCK.match(k))}):
         src, dst = f"Transformer/encoderblock_{i}/", f"block_{i}/"
         mha = src + "MultiHeadDotProductAttention_1/"
         for norm, name in (("LayerNorm_0", "norm1"), ("LayerNorm_2", "norm2")):
-            move(f"{src}{norm}/scale", f"{dst}{name}/gamma")
-            move(f"{src}{norm}/bias", f"{dst}{name}/beta")
-        if all(f"{mha}{n}/kernel" in t for n in ("query", "key", "value")):
-            out[f"{dst}attention/qkv/kernel"] = np.concatenate(
-                [_flat_last(t.pop(f"{mha}{n}/kernel")) for n in ("query", "key", "value")], axis=1
-            )
-        if all(f"{mha}{n}/bias" in t for n in ("query", "key", "value")):
-            out[f"{dst}attention/qkv/bias"] = np.concatenate([t.pop(f"{mha}{n}/bias").reshape(-1) for n in ("query", "key", "value")])
-        move(f"{mha}out/kernel", f"{dst}attention/out/kernel", lambda w: w.reshape(-1, w.shape[-1]))
-        move(f"{mha}out/bias", f"{dst}attention/out/bias")
+            r.move(f"{src}{norm}/scale", f"{dst}{name}/gamma")
+            r.move(f"{src}{norm}/bias", f"{dst}{name}/beta")
+        qkv = [f"{mha}{n}" for n in ("query", "key", "value")]
+        if r.has(*(f"{n}/kernel" for n in qkv)):
+            r.out[f"{dst}attention/qkv/kernel"] = np.concatenate([_flat_last(r.pop(f"{n}/kernel")) for n in qkv], axis=1)
+        if r.has(*(f"{n}/bias" for n in qkv)):
+            r.out[f"{dst}attention/qkv/bias"] = np.concatenate([r.pop(f"{n}/bias").reshape(-1) for n in qkv])
+        r.move(f"{mha}out/kernel", f"{dst}attention/out/kernel", lambda w: w.reshape(-1, w.shape[-1]))
+        r.move(f"{mha}out/bias", f"{dst}attention/out/bias")
         for j, name in ((0, "fc1"), (1, "fc2")):
-            move(f"{src}MlpBlock_3/Dense_{j}/kernel", f"{dst}mlp/{name}/kernel")
-            move(f"{src}MlpBlock_3/Dense_{j}/bias", f"{dst}mlp/{name}/bias")
-        move(f"{src}LayerScale_0/scale", f"{dst}scale1/gamma")
-        move(f"{src}LayerScale_1/scale", f"{dst}scale2/gamma")
-    move("Transformer/encoder_norm/scale", "encoder_norm/gamma")
-    move("Transformer/encoder_norm/bias", "encoder_norm/beta")
-    for name in ("pre_logits", "head"):
-        move(f"{name}/kernel", f"{name}/kernel")
-        move(f"{name}/bias", f"{name}/bias")
-    move("conv_root/kernel", "resnet/conv_root/kernel")
-    move("gn_root/scale", "resnet/gn_root/gamma")
-    move("gn_root/bias", "resnet/gn_root/beta")
-    for key in [k for k in t if re.match(r"^block\d+/unit\d+/", k)]:
-        stage, unit, layer, param = re.match(r"^block(\d+)/unit(\d+)/(\w+)/(\w+)$", key).groups()
-        param = {"scale": "gamma", "bias": "beta"}.get(param, param) if layer.startswith("gn") else param
-        out[f"resnet/block{stage}_unit{unit}/{layer}/{param}"] = t.pop(key)
-    out.update(t)  # leftovers keep their names: reported as unexpected
-    return out
+            r.move(f"{src}MlpBlock_3/Dense_{j}/kernel", f"{dst}mlp/{name}/kernel")
+            r.move(f"{src}MlpBlock_3/Dense_{j}/bias", f"{dst}mlp/{name}/bias")
+        r.move(f"{src}LayerScale_0/scale", f"{dst}scale1/gamma")
+        r.move(f"{src}LayerScale_1/scale", f"{dst}scale2/gamma")
+    r.move("Transformer/encoder_norm/scale", "encoder_norm/gamma")
+    r.move("Transformer/encoder_norm/bias", "encoder_norm/beta")
+    for name in ("pre_logits/kernel", "pre_logits/bias", "head/kernel", "head/bias"):
+        r.move(name, name)
+    r.move("conv_root/kernel", "resnet/conv_root/kernel")
+    r.move("gn_root/scale", "resnet/gn_root/gamma")
+    r.move("gn_root/bias", "resnet/gn_root/beta")
+    for key in list(tensors):
+        match = re.match(r"^block(\d+)/unit(\d+)/(\w+)/(\w+)$", key)
+        if match:
+            stage, unit, layer, param = match.groups()
+            param = {"scale": "gamma", "bias": "beta"}.get(param, param) if layer.startswith("gn") else param
+            r.move(key, f"resnet/block{stage}_unit{unit}/{layer}/{param}")
+    return r.result()
 
 
 def from_keras(weights, num_heads):

@@ -2,6 +2,8 @@
 
 from pathlib import Path
 
+from keras_vit.cli.options import add_model_options, model_overrides
+
 
 def add_parser(subparsers):
     parser = subparsers.add_parser(
@@ -16,8 +18,7 @@ def add_parser(subparsers):
     parser.add_argument("source", help="checkpoint file, Hugging Face folder or known checkpoint name")
     parser.add_argument("output", help="the .keras file to write")
     parser.add_argument("--preset", help="build this preset instead of reading the architecture off the file")
-    parser.add_argument("--image-size", type=int, nargs="+", metavar="PIXELS", help="H [W] of the converted model")
-    parser.add_argument("--num-classes", type=int, help="classes of the converted model's head (0: none)")
+    add_model_options(parser)
     parser.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it exists")
     parser.set_defaults(run=run)
 
@@ -31,13 +32,7 @@ def run(args):
         raise CommandError(f"the output must be a .keras file; got {output}.")
     if output.exists() and not args.overwrite:
         raise CommandError(f"{output} exists; pass --overwrite to replace it.")
-    overrides = {}
-    if args.image_size:
-        if len(args.image_size) > 2:
-            raise CommandError("--image-size takes one or two values (height [width]).")
-        overrides["image_size"] = tuple(args.image_size) * (3 - len(args.image_size))
-    if args.num_classes is not None:
-        overrides["num_classes"] = args.num_classes
+    overrides = model_overrides(args)
     if args.preset:
         model = keras_vit.ViT.from_preset(args.preset, weights=args.source, **overrides)
     else:

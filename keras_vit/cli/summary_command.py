@@ -5,6 +5,7 @@ import time
 import numpy as np
 
 from keras_vit.cli import images as image_io
+from keras_vit.cli.options import add_model_options, model_overrides
 
 
 def add_parser(subparsers):
@@ -17,8 +18,7 @@ def add_parser(subparsers):
     )
     parser.add_argument("preset", help="preset name, see `keras-vit presets`")
     parser.add_argument("--image", help="image file to run (JPEG/PNG/...); default: a bundled photo")
-    parser.add_argument("--image-size", type=int, nargs="+", metavar="PIXELS", help="H [W] (default: 224)")
-    parser.add_argument("--num-classes", type=int, help="size of the head (default: 1000)")
+    add_model_options(parser)
     parser.add_argument("--dtype", default=None, help="dtype policy, e.g. mixed_bfloat16")
     parser.set_defaults(run=run)
 
@@ -26,14 +26,7 @@ def add_parser(subparsers):
 def run(args):
     import keras_vit
 
-    overrides = {}
-    if args.image_size:
-        if len(args.image_size) > 2:
-            raise ValueError("--image-size takes one or two values (height [width]).")
-        overrides["image_size"] = tuple(args.image_size) * (3 - len(args.image_size))
-    if args.num_classes is not None:
-        overrides["num_classes"] = args.num_classes
-    config = keras_vit.get_config(args.preset, **overrides)  # validates before any heavy work
+    config = keras_vit.get_config(args.preset, **model_overrides(args))  # validates before any heavy work
     image, source = image_io.load_image(args.image, config.image_size)
 
     model = keras_vit.ViT(config, dtype=args.dtype, name=args.preset)
