@@ -15,8 +15,10 @@ class ViT(keras.Model):
     A functional model from images `(batch, H, W, C)` with pixel values in [0, 255] to
     float32 logits `(batch, num_classes)` (or pooled features when `num_classes=0`).
     Layers, in order: `normalization`, `resnet` (hybrid only), `patch_embedding`,
-    `class_token`, `position_embedding`, `embedding_dropout`, `block_0`..`block_{L-1}`,
-    `encoder_norm`, `pooling`, `pre_logits` (optional), `head`.
+    `class_token`, `position_embedding`, `embedding_dropout`, `block_0`..`block_{L-2}`,
+    `patch_grid` and `merge_patch_grid` (the input of the last block as a spatial map
+    `(batch, rows, cols, D)`, the layer CAM methods target; numerically the identity),
+    `block_{L-1}`, `encoder_norm`, `pooling`, `pre_logits` (optional), `head`.
 
     Args:
         config: a `ViTConfig` (or its dict form); defaults to ViT-B/16.
@@ -138,6 +140,10 @@ class _Parts:
             c.grid_size, c.num_prefix_tokens, dtype=d, name="position_embedding"
         )
         self.embedding_dropout = keras.layers.Dropout(c.dropout_rate, dtype=d, name="embedding_dropout")
+        # The class token reads the patch tokens in the last block's attention, so the input
+        # of the last block is the spatial map that class scores have gradients for.
+        self.patch_grid = vit_layers.TokenGrid(c.grid_size, c.num_prefix_tokens, dtype=d, name="patch_grid")
+        self.merge_patch_grid = vit_layers.MergeTokenGrid(c.num_prefix_tokens, dtype=d, name="merge_patch_grid")
         self.blocks = [
             vit_layers.EncoderBlock(
                 c.num_heads,
@@ -182,6 +188,8 @@ class _Parts:
             x = layer(x)
         probabilities = [] if return_attention_scores else None
         for block in self.blocks:
+            if block is self.blocks[-1]:
+                x = self.merge_patch_grid([x, self.patch_grid(x)])
             if return_attention_scores:
                 x, p = block(x, return_attention_scores=True)
                 probabilities.append(p)

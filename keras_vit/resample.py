@@ -37,14 +37,14 @@ def resample_position_embeddings(posemb, new_grid, old_grid=None, num_prefix_tok
     if old_grid == new_grid:
         return posemb.copy()
     grid = grid.reshape(old_grid + (-1,))
-    rows = _linear_weights(old_grid[0], new_grid[0])
-    cols = _linear_weights(old_grid[1], new_grid[1])
+    rows = interpolation_matrix(old_grid[0], new_grid[0])
+    cols = interpolation_matrix(old_grid[1], new_grid[1])
     grid = np.einsum("ir,rcd,jc->ijd", rows, grid, cols)
     grid = grid.reshape(1, new_grid[0] * new_grid[1], -1).astype(np.float32)
     return np.concatenate([prefix, grid], axis=1)
 
 
-def _linear_weights(in_size, out_size):
+def interpolation_matrix(in_size, out_size):
     """(out_size, in_size) matrix of 1-D linear interpolation with half-pixel centres."""
     src = (np.arange(out_size, dtype=np.float64) + 0.5) * (in_size / out_size) - 0.5
     src = np.clip(src, 0.0, in_size - 1)

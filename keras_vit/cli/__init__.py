@@ -3,9 +3,9 @@
 import argparse
 import sys
 
-from keras_vit.cli import convert_command, presets_command, summary_command
+from keras_vit.cli import convert_command, inspect_command, presets_command, summary_command, visualize_command
 
-COMMANDS = (presets_command, summary_command, convert_command)
+COMMANDS = (presets_command, summary_command, convert_command, visualize_command, inspect_command)
 
 
 class CommandError(Exception):

@@ -5,10 +5,10 @@ from pathlib import Path
 import numpy as np
 
 
-def load_image(path, size):
+def load_image(path, size, sample="china.jpg"):
     """Returns (uint8 array `(H, W, 3)` resized to `size` = (H, W), description).
 
-    Without `path`, a photo bundled with scikit-learn is used (no download)."""
+    Without `path`, the photo `sample` bundled with scikit-learn is used (no download)."""
     from PIL import Image, UnidentifiedImageError
 
     if path is None:
@@ -16,7 +16,7 @@ def load_image(path, size):
             from sklearn.datasets import load_sample_image
         except ImportError:
             raise ValueError("no --image given and scikit-learn (with its bundled photos) is not installed.")
-        image, source = Image.fromarray(load_sample_image("china.jpg")), "scikit-learn's china.jpg"
+        image, source = Image.fromarray(load_sample_image(sample)), f"scikit-learn's {sample}"
     else:
         if not Path(path).is_file():
             raise FileNotFoundError(f"image file not found: {path}")

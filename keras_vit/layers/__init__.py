@@ -11,6 +11,7 @@ from keras_vit.layers.patch_embedding import PatchEmbedding
 from keras_vit.layers.pooling import TokenPooling
 from keras_vit.layers.position_embedding import PositionEmbedding
 from keras_vit.layers.resnet import BottleneckUnit, ResNetStem, StdConv2D
+from keras_vit.layers.token_grid import MergeTokenGrid, TokenGrid
 
 __all__ = [
     "BottleneckUnit",
@@ -19,11 +20,13 @@ __all__ = [
     "EncoderBlock",
     "ImageNormalization",
     "LayerScale",
+    "MergeTokenGrid",
     "MLP",
     "MultiHeadSelfAttention",
     "PatchEmbedding",
     "PositionEmbedding",
     "ResNetStem",
     "StdConv2D",
+    "TokenGrid",
     "TokenPooling",
 ]

@@ -1,0 +1,49 @@
+"""`keras-vit inspect`: all of the paper's inspection figures of one model."""
+
+from pathlib import Path
+
+import numpy as np
+
+from keras_vit.cli import images as image_io
+from keras_vit.cli.models import load_model
+
+
+def add_parser(subparsers):
+    parser = subparsers.add_parser(
+        "inspect",
+        help="write the paper's inspection figures of a model to a folder",
+        description="Write the figures of the paper's section 4.5 for one model: patch-embedding filter "
+        "principal components, position-embedding similarity, mean attention distance per head and layer, "
+        "attention rollout and class-token attention (on --images, by default scikit-learn's bundled photos).",
+    )
+    parser.add_argument("model", help=".keras file, run directory (best.keras) or checkpoint")
+    parser.add_argument("--out", required=True, help="folder for the figures")
+    parser.add_argument("--images", nargs="+", help="images for the attention figures (default: bundled photos)")
+    parser.add_argument("--format", default="png", choices=("png", "svg", "pdf"), help="figure format (default: png)")
+    parser.set_defaults(run=run)
+
+
+def run(args):
+    from keras_vit import inspect, plot
+
+    model = load_model(args.model)
+    out = Path(args.out)
+    size = model.config.image_size
+    if args.images:
+        pixels = np.stack([image_io.load_image(p, size)[0] for p in args.images]).astype("float32")
+    else:
+        pixels = np.stack([image_io.load_image(None, size, sample=n)[0] for n in ("china.jpg", "flower.jpg")])
+        pixels = pixels.astype("float32")
+    ext = args.format
+    written = [
+        plot.patch_components(*inspect.patch_embedding_components(model), out / f"patch_embedding_components.{ext}"),
+        plot.position_similarity(inspect.position_embedding_similarity(model), out / f"position_similarity.{ext}"),
+        plot.attention_distance(inspect.model_attention_distance(model, pixels), out / f"attention_distance.{ext}"),
+    ]
+    if model.config.classifier == "token":
+        written.append(plot.heatmap_overlays(pixels, inspect.rollout_maps(model, pixels), out / f"rollout.{ext}",
+                                             "attention rollout"))  # fmt: skip
+        written.append(plot.class_token_attention(inspect.class_token_attention(model, pixels),
+                                                  out / f"class_token_attention.{ext}"))  # fmt: skip
+    for path in written:
+        print(f"wrote {path}")

@@ -1,0 +1,57 @@
+"""`keras-vit visualize`: heat maps of what a ViT looks at, on your images."""
+
+from pathlib import Path
+
+import numpy as np
+
+from keras_vit.cli import images as image_io
+from keras_vit.cli.models import load_model
+
+METHODS = ("rollout", "attention", "saliency", "smoothgrad", "gradcam++", "scorecam")
+
+
+def add_parser(subparsers):
+    parser = subparsers.add_parser(
+        "visualize",
+        help="attention rollout, class-token attention or tf-keras-vis saliency on images",
+        description="Draw where a ViT looks. rollout: attention rollout (Abnar & Zuidema; the paper's "
+        "Figure 6); attention: the class token's raw attention per layer and head (one figure per image); "
+        "saliency, smoothgrad, gradcam++, scorecam: tf-keras-vis methods (TensorFlow backend), the CAM "
+        "methods on the `patch_grid` layer. Each image is shown beside its overlay.",
+    )
+    parser.add_argument("model", help=".keras file, run directory (best.keras) or checkpoint")
+    parser.add_argument("images", nargs="+", help="image files (JPEG/PNG/BMP/GIF)")
+    parser.add_argument("--method", choices=METHODS, default="rollout", help="what to draw (default: rollout)")
+    parser.add_argument("--class-index", type=int, help="class to explain (saliency methods; default: predicted)")
+    parser.add_argument("--out", required=True, help="output figure (.png, .svg or .pdf)")
+    parser.set_defaults(run=run)
+
+
+def run(args):
+    from keras_vit import inspect, plot
+
+    model = load_model(args.model)
+    pixels = np.stack([image_io.load_image(path, model.config.image_size)[0] for path in args.images]).astype("float32")
+    names = [Path(p).name for p in args.images]
+    if args.method == "attention":
+        maps = inspect.class_token_attention(model, pixels)
+        outs = [_numbered(args.out, i, len(pixels)) for i in range(len(pixels))]
+        for i, out in enumerate(outs):
+            plot.class_token_attention(maps, out, image_index=i)
+    else:
+        if args.method == "rollout":
+            maps, title = inspect.rollout_maps(model, pixels), "attention rollout"
+        else:
+            from keras_vit.saliency import saliency_maps
+
+            maps, title = saliency_maps(model, pixels, args.method, args.class_index), args.method
+        predicted = np.argmax(model.predict(pixels, verbose=0), axis=-1) if model.config.num_classes else None
+        labels = [f"{n} (class {c})" for n, c in zip(names, predicted)] if predicted is not None else names
+        outs = [plot.heatmap_overlays(pixels, maps, args.out, title, labels)]
+    for out in outs:
+        print(f"wrote {out}")
+
+
+def _numbered(path, index, count):
+    path = Path(path)
+    return path if count == 1 else path.with_name(f"{path.stem}_{index}{path.suffix or '.png'}")

@@ -1,0 +1,44 @@
+"""tf-keras-vis saliency for ViT: Saliency, SmoothGrad, GradCAM++ and ScoreCAM.
+
+The CAM methods need a spatial feature map. A ViT has none, and tf-keras-vis, left to itself,
+goes looking for a `Conv` layer; the right map is `patch_grid`, the input of the last block
+as `(batch, rows, cols, D)` (the class token reads these tokens in the last attention).
+This helper always names that layer and turns tf-keras-vis's Conv search off. Needs the
+TensorFlow backend and `pip install tf-keras-vis`.
+"""
+
+import keras
+import numpy as np
+
+METHODS = ("saliency", "smoothgrad", "gradcam++", "scorecam")
+CAM_LAYER = "patch_grid"
+
+
+def saliency_maps(model, images, method="gradcam++", class_index=None, scorecam_channels=64):
+    """Heat maps `(batch, H, W)` in [0, 1] explaining `class_index` (default: the predicted
+    class of each image) with a tf-keras-vis method from `METHODS`."""
+    if method not in METHODS:
+        raise ValueError(f"unknown saliency method {method!r}; choose from {', '.join(METHODS)}.")
+    if keras.backend.backend() != "tensorflow":
+        raise ValueError(f"tf-keras-vis needs the TensorFlow backend (KERAS_BACKEND={keras.backend.backend()}).")
+    try:
+        from tf_keras_vis.gradcam_plus_plus import GradcamPlusPlus
+        from tf_keras_vis.saliency import Saliency
+        from tf_keras_vis.scorecam import Scorecam
+        from tf_keras_vis.utils.scores import CategoricalScore
+    except ImportError:
+        raise ValueError("saliency maps need tf-keras-vis: pip install 'keras-vit[inspect]'.") from None
+    images = np.asarray(images, dtype="float32")
+    if class_index is None:
+        class_index = np.argmax(model.predict(images, verbose=0), axis=-1)
+    score = CategoricalScore(np.broadcast_to(class_index, (len(images),)).tolist())
+    if method in ("saliency", "smoothgrad"):
+        noise = dict(smooth_samples=20, smooth_noise=0.2) if method == "smoothgrad" else {}
+        maps = Saliency(model, clone=False)(score, images, **noise)
+    else:
+        cam = dict(penultimate_layer=CAM_LAYER, seek_penultimate_conv_layer=False)
+        if method == "gradcam++":
+            maps = GradcamPlusPlus(model, clone=False)(score, images, **cam)
+        else:
+            maps = Scorecam(model, clone=False)(score, images, max_N=scorecam_channels, **cam)
+    return np.asarray(maps, dtype="float32").reshape(images.shape[:3])

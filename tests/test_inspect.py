@@ -1,0 +1,205 @@
+import keras
+import numpy as np
+import pytest
+from PIL import Image
+
+import keras_vit
+from conftest import perturb, sample_photos, tiny_config
+from keras_vit import inspect, plot
+
+
+def _uniform(batch, heads, tokens):
+    return np.full((batch, heads, tokens, tokens), 1.0 / tokens)
+
+
+def test_uniform_attention_gives_uniform_class_token_rollout():
+    rollout = inspect.attention_rollout([_uniform(2, 3, 17)] * 4)
+    np.testing.assert_allclose(rollout.sum(-1), 1.0)
+    grid = inspect.class_token_map(rollout[:, 0], (4, 4))
+    assert grid.shape == (2, 4, 4)
+    np.testing.assert_allclose(grid, grid[0, 0, 0])
+
+
+def test_rollout_rows_sum_to_one_and_identity_is_a_fixed_point():
+    rng = np.random.default_rng(0)
+    probs = [rng.dirichlet(np.ones(10), size=(2, 4, 10)) for _ in range(3)]
+    np.testing.assert_allclose(inspect.attention_rollout(probs).sum(-1), 1.0, atol=1e-12)
+    identity = [np.broadcast_to(np.eye(10), (2, 4, 10, 10))] * 3
+    np.testing.assert_allclose(inspect.attention_rollout(identity), np.broadcast_to(np.eye(10), (2, 10, 10)))
+
+
+def test_mean_attention_distance_analytic_cases():
+    # 2x2 grid of 16-pixel patches: from any patch, the others lie at 16, 16 and 16*sqrt(2).
+    uniform = inspect.mean_attention_distance([_uniform(1, 2, 5)], (2, 2), (16, 16))
+    np.testing.assert_allclose(uniform, (16 + 16 + 16 * np.sqrt(2)) / 4)
+    identity = np.broadcast_to(np.eye(5), (1, 2, 5, 5))
+    np.testing.assert_allclose(inspect.mean_attention_distance([identity], (2, 2), (16, 16)), 0.0)
+    # attention only to the class token carries no distance information: rows renormalise
+    # over patches, so put all patch mass on the horizontal neighbour instead
+    neighbour = np.zeros((1, 1, 5, 5))
+    for q, k in {1: 2, 2: 1, 3: 4, 4: 3}.items():
+        neighbour[0, 0, q, k] = 1.0
+    neighbour[0, 0, 0, 0] = 1.0
+    np.testing.assert_allclose(inspect.mean_attention_distance([neighbour], (2, 2), (16, 8)), 8.0)
+
+
+def test_position_similarity_and_patch_components():
+    model = perturb(keras_vit.ViT(tiny_config()))
+    similarity = inspect.position_embedding_similarity(model)
+    assert similarity.shape == (4, 4, 4, 4)
+    np.testing.assert_allclose([similarity[i, j, i, j] for i in range(4) for j in range(4)], 1.0, atol=1e-9)
+    components, explained = inspect.patch_embedding_components(model, count=28)
+    assert components.shape == (28, 8, 8, 3)
+    flat = components.reshape(28, -1)
+    np.testing.assert_allclose(flat @ flat.T, np.eye(28), atol=1e-8)  # orthonormal directions
+    assert np.all(np.diff(explained) <= 1e-12) and 0 < explained.sum() <= 1
+
+
+@pytest.fixture(scope="module")
+def digits_model(tmp_path_factory):
+    """A small ViT trained on scikit-learn's bundled handwritten digits (real data), 32x32."""
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    x = np.repeat(np.repeat(digits.images, 4, axis=1), 4, axis=2)[..., None] * (255.0 / 16.0)
+    x = np.repeat(x, 3, axis=-1).astype("float32")
+    y = digits.target
+    keras.utils.set_random_seed(0)
+    model = keras_vit.ViT(keras_vit.ViTConfig(image_size=32, patch_size=8, hidden_size=64, num_layers=3,
+                                              num_heads=4, mlp_dim=128, num_classes=10))  # fmt: skip
+    model.compile(optimizer=keras.optimizers.Adam(3e-3),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])  # fmt: skip
+    model.fit(x[:1500], y[:1500], epochs=20, batch_size=32, verbose=0)
+    accuracy = model.evaluate(x[1500:], y[1500:], verbose=0)[1]
+    assert accuracy > 0.7, accuracy  # it learned (chance is 0.1): the maps below are of a real model
+    path = tmp_path_factory.mktemp("digits") / "digits.keras"
+    model.save(path)
+    return model, path, x[1500:1503]
+
+
+def test_figures_of_a_trained_model(digits_model, tmp_path):
+    model, _, images = digits_model
+    rollout = inspect.rollout_maps(model, images)
+    assert rollout.shape == images.shape[:3] and rollout.std(axis=(1, 2)).min() > 0
+    attention = inspect.class_token_attention(model, images)
+    assert attention.shape == (3, 3, 4, 4, 4)
+    distances = inspect.model_attention_distance(model, images)
+    assert distances.shape == (3, 4) and (distances > 0).all()
+    written = [
+        plot.heatmap_overlays(images, rollout, tmp_path / "rollout.png", "attention rollout"),
+        plot.class_token_attention(attention, tmp_path / "attention.svg"),
+        plot.attention_distance(distances, tmp_path / "distance.pdf"),
+        plot.position_similarity(inspect.position_embedding_similarity(model), tmp_path / "pos"),
+        plot.patch_components(*inspect.patch_embedding_components(model), tmp_path / "pca.png"),
+    ]
+    assert [p.suffix for p in written] == [".png", ".svg", ".pdf", ".png", ".png"]
+    for path in written:
+        assert path.stat().st_size > 1000
+    assert Image.open(written[0]).size[0] > 300
+
+
+@pytest.mark.tensorflow_only
+@pytest.mark.parametrize("method", ["saliency", "smoothgrad", "gradcam++", "scorecam"])
+def test_tf_keras_vis_methods(digits_model, method):
+    from keras_vit.saliency import saliency_maps
+
+    model, _, images = digits_model
+    maps = saliency_maps(model, images, method)
+    assert maps.shape == images.shape[:3]
+    assert np.isfinite(maps).all() and maps.std(axis=(1, 2)).min() > 0
+
+
+@pytest.mark.tensorflow_only
+def test_cam_methods_target_the_patch_grid_layer(monkeypatch):
+    """tf-keras-vis, left alone, seeks a Conv layer; the helper must make it use `patch_grid`."""
+    from tf_keras_vis.utils import model_modifiers
+
+    from keras_vit.saliency import saliency_maps
+
+    used = []
+    original = model_modifiers.ExtractIntermediateLayerForGradcam.__call__
+
+    def spy(self, model):
+        result = original(self, model)
+        used.append(result.outputs[-1]._keras_history.operation.name)
+        return result
+
+    monkeypatch.setattr(model_modifiers.ExtractIntermediateLayerForGradcam, "__call__", spy)
+    model = perturb(keras_vit.ViT(tiny_config(image_size=64)), scale=0.2)
+    photos = sample_photos(64)
+    saliency_maps(model, photos, "gradcam++")
+    saliency_maps(model, photos, "scorecam", scorecam_channels=8)
+    assert used == ["patch_grid", "patch_grid"]
+
+
+def test_patch_grid_layer_is_the_identity_on_the_main_path():
+    model = perturb(keras_vit.ViT(tiny_config()))
+    grid = model.get_layer("patch_grid")
+    assert tuple(grid.output.shape) == (None, 4, 4, 64)
+    names = [layer.name for layer in model.layers]
+    assert names.index("patch_grid") < names.index("merge_patch_grid") < names.index("block_1")
+
+
+@pytest.mark.tensorflow_only  # the CLI runs the TensorFlow backend by default
+@pytest.mark.parametrize("method", ["rollout", "attention", "gradcam++"])
+def test_visualize_command(digits_model, tmp_path, capsys, method):
+    from keras_vit.cli import main
+
+    _, model_path, images = digits_model
+    files = []
+    for i, image in enumerate(images[:2]):
+        files.append(str(tmp_path / f"digit{i}.png"))
+        Image.fromarray(image.astype("uint8")).save(files[-1])
+    out = tmp_path / "figure.png"
+    assert main(["visualize", str(model_path), *files, "--method", method, "--out", str(out)]) == 0
+    written = [line.split(" ", 1)[1] for line in capsys.readouterr().out.splitlines() if line.startswith("wrote ")]
+    assert len(written) == (2 if method == "attention" else 1)
+    for path in written:
+        assert Image.open(path).size[0] > 300
+
+
+@pytest.mark.tensorflow_only
+def test_inspect_command_writes_every_figure(digits_model, tmp_path):
+    from keras_vit.cli import main
+
+    _, model_path, _ = digits_model
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "best.keras").write_bytes(model_path.read_bytes())  # a run directory works too
+    assert main(["inspect", str(run_dir), "--out", str(tmp_path / "figs"), "--format", "svg"]) == 0
+    names = sorted(p.name for p in (tmp_path / "figs").iterdir())
+    assert names == ["attention_distance.svg", "class_token_attention.svg", "patch_embedding_components.svg",
+                     "position_similarity.svg", "rollout.svg"]  # fmt: skip
+
+
+@pytest.mark.tensorflow_only
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["visualize", "missing.keras", "x.png", "--out", "o.png"], "model file not found: missing.keras"),
+        (["inspect", ".", "--out", "figs"], "has no best.keras or last.keras"),
+    ],
+)
+def test_visualize_and_inspect_bad_input(argv, message, tmp_path, monkeypatch, capsys):
+    from keras_vit.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+
+
+def test_unknown_method_is_rejected_with_the_choices(capsys):
+    from keras_vit.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["visualize", "m.keras", "x.png", "--method", "lime", "--out", "o.png"])
+    assert exit_info.value.code == 2
+    assert "invalid choice: 'lime'" in capsys.readouterr().err
+
+
+def test_saliency_rejects_unknown_method():
+    from keras_vit.saliency import saliency_maps
+
+    with pytest.raises(ValueError, match="unknown saliency method 'lime'; choose from saliency, smoothgrad"):
+        saliency_maps(None, np.zeros((1, 32, 32, 3)), "lime")
