@@ -3,9 +3,16 @@
 import argparse
 import sys
 
-from keras_vit.cli import convert_command, inspect_command, presets_command, summary_command, visualize_command
+from keras_vit.cli import (
+    convert_command,
+    inspect_command,
+    presets_command,
+    summary_command,
+    train_command,
+    visualize_command,
+)
 
-COMMANDS = (presets_command, summary_command, convert_command, visualize_command, inspect_command)
+COMMANDS = (presets_command, summary_command, convert_command, train_command, visualize_command, inspect_command)
 
 
 class CommandError(Exception):
@@ -29,7 +36,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         return args.run(args) or 0
-    except (CommandError, ValueError, OSError) as error:  # CheckpointError is a ValueError
+    # CheckpointError is a ValueError; keras_vit.training.TrainingError a RuntimeError.
+    except (CommandError, ValueError, OSError, RuntimeError) as error:
         print(f"keras-vit {args.command}: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

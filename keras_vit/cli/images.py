@@ -6,7 +6,7 @@ import numpy as np
 
 
 def load_image(path, size, sample="china.jpg"):
-    """Returns (uint8 array `(H, W, 3)` resized to `size` = (H, W), description).
+    """Returns (uint8 array `(H, W, 3)` resized to `size` = (H, W) unless None, description).
 
     Without `path`, the photo `sample` bundled with scikit-learn is used (no download)."""
     from PIL import Image, UnidentifiedImageError
@@ -25,5 +25,7 @@ def load_image(path, size, sample="china.jpg"):
             image.load()
         except (UnidentifiedImageError, OSError) as error:
             raise ValueError(f"cannot read image {path}: {error}")
-    image = image.convert("RGB").resize((size[1], size[0]), Image.BILINEAR)
+    image = image.convert("RGB")  # grayscale, CMYK, palette, RGBA -> RGB
+    if size is not None:
+        image = image.resize((size[1], size[0]), Image.BILINEAR)
     return np.asarray(image, dtype=np.uint8), source

@@ -1,0 +1,90 @@
+"""`keras-vit train`, `evaluate` and `predict`: the training application on the command line."""
+
+import dataclasses
+import json
+
+from keras_vit.cli import images as image_io
+
+# flag -> (TrainConfig field, argparse options); defaults stay None so a YAML file can set them.
+_FLAGS = {
+    "--dataset": ("dataset", dict(help="'digits' (default, offline), 'tfds:NAME' or an image folder")),
+    "--run-dir": ("run_dir", dict(help="where checkpoints, logs and eval.json go (default runs/digits)")),
+    "--train-split": ("train_split", dict(help="tfds split, e.g. 'train[:90%%]'")),
+    "--eval-split": ("eval_split", dict(help="tfds split for evaluation (default: test, else validation)")),
+    "--validation-fraction": ("validation_fraction", dict(type=float, help="held out of digits/folders (0.2)")),
+    "--preset": ("preset", dict(help="model preset (default: the digits model, or set one for other data)")),
+    "--image-size": ("image_size", dict(type=int, help="input resolution (position embeddings resampled)")),
+    "--weights": ("weights", dict(help="checkpoint to start from (file or known name; finetune)")),
+    "--recipe": ("recipe", dict(choices=("pretrain", "finetune"), help="pretrain: AdamW; finetune: SGD")),
+    "--epochs": ("epochs", dict(type=int)),
+    "--batch-size": ("batch_size", dict(type=int, help="per replica (global = this x replicas)")),
+    "--learning-rate": ("learning_rate", dict(type=float, help="for a global batch of --base-batch-size")),
+    "--base-batch-size": ("base_batch_size", dict(type=int)),
+    "--weight-decay": ("weight_decay", dict(type=float)),
+    "--label-smoothing": ("label_smoothing", dict(type=float)),
+    "--mixup": ("mixup", dict(type=float, help="MixUp Beta alpha (0: off)")),
+    "--cutmix": ("cutmix", dict(type=float, help="CutMix Beta alpha (0: off)")),
+    "--strategy": ("strategy", dict(choices=("auto", "one_device", "mirrored", "multi_worker", "tpu"))),
+    "--tpu": ("tpu", dict(help="TPU name or address for --strategy tpu")),
+    "--precision": ("precision", dict(choices=("float32", "mixed_bfloat16", "mixed_float16"))),
+    "--steps-per-execution": ("steps_per_execution", dict(type=int)),
+    "--seed": ("seed", dict(type=int)),
+}
+
+
+def add_parser(subparsers):
+    train = subparsers.add_parser(
+        "train",
+        help="train or fine-tune a ViT with model.fit",
+        description="Train a ViT. With no options: a small ViT on scikit-learn's bundled digits (offline). "
+        "Options come from --config (YAML of training options) and are overridden by flags. The run "
+        "directory gets config.yaml, labels.txt, best.keras, last.keras, log.csv, tensorboard/ and eval.json; "
+        "the same command resumes an interrupted run.",
+    )
+    train.add_argument("--config", help="YAML file of training options (flags override it)")
+    for flag, (_, options) in _FLAGS.items():
+        train.add_argument(flag, **options)
+    train.add_argument("--no-jit-compile", dest="jit_compile", action="store_false", default=None)
+    train.add_argument("--overwrite", action="store_true", help="replace a run directory of another config")
+    train.set_defaults(run=run_train)
+
+    evaluate = subparsers.add_parser("evaluate", help="evaluate a run's best checkpoint",
+                                     description="Evaluate RUN_DIR/best.keras on the run's evaluation split "
+                                     "and write RUN_DIR/eval.json.")  # fmt: skip
+    evaluate.add_argument("run_dir")
+    evaluate.set_defaults(run=run_evaluate)
+
+    predict = subparsers.add_parser("predict", help="classify images with a trained run",
+                                    description="Print the top-k labels of each image with RUN_DIR/best.keras.")
+    predict.add_argument("run_dir")
+    predict.add_argument("images", nargs="+")
+    predict.add_argument("--top-k", type=int, default=5)
+    predict.set_defaults(run=run_predict)
+
+
+def run_train(args):
+    from keras_vit.training import TrainConfig, fit
+
+    values = {field: getattr(args, flag[2:].replace("-", "_")) for flag, (field, _) in _FLAGS.items()
+              if field != "image_size" and getattr(args, flag[2:].replace("-", "_")) is not None}  # fmt: skip
+    if args.jit_compile is not None:
+        values["jit_compile"] = args.jit_compile
+    config = TrainConfig.from_yaml(args.config, **values) if args.config else TrainConfig(**values)
+    if args.image_size:
+        config = dataclasses.replace(config, model={**config.model, "image_size": args.image_size})
+    result = fit(config, overwrite=args.overwrite)
+    print(json.dumps(result))
+
+
+def run_evaluate(args):
+    from keras_vit.training import evaluate
+
+    print(json.dumps(evaluate(args.run_dir)))
+
+
+def run_predict(args):
+    from keras_vit.training import predict
+
+    images = [image_io.load_image(path, None)[0] for path in args.images]
+    for path, top in zip(args.images, predict(args.run_dir, images, args.top_k)):
+        print(f"{path}: " + ", ".join(f"{label} {p:.3f}" for label, p in top))

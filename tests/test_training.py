@@ -1,0 +1,222 @@
+"""The training application: data sources, pipelines, recipes, run directories, faults."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+pytestmark = pytest.mark.tensorflow_only  # tf.data and tf.distribute
+tf = pytest.importorskip("tensorflow")
+
+from keras_vit.cli import main  # noqa: E402
+from keras_vit.training import TrainConfig, TrainingError, datasets, evaluate, fit, pipeline, predict  # noqa: E402
+from keras_vit.training.recipes import WarmupDecay, peak_learning_rate  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL_MODEL = dict(image_size=16, patch_size=4, hidden_size=32, num_layers=1, num_heads=2, mlp_dim=64)
+
+
+def test_digits_default_reaches_97_percent(tmp_path, capsys):
+    """The README's main job: `keras-vit train --dataset digits --run-dir DIR`, all defaulted."""
+    start = time.perf_counter()
+    assert main(["train", "--dataset", "digits", "--run-dir", str(tmp_path / "run")]) == 0
+    seconds = time.perf_counter() - start
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["top1"] >= 0.97 and result["num_examples"] == 359  # 20% of 1,797, stratified
+    stored = json.loads((tmp_path / "run" / "eval.json").read_text())
+    assert stored["top1"] == result["top1"] and {"top1", "top5", "num_examples"} <= set(stored)
+    for name in ("config.yaml", "labels.txt", "best.keras", "last.keras", "log.csv", "tensorboard"):
+        assert (tmp_path / "run" / name).exists(), name
+    print(f"digits default: top-1 {result['top1']:.4f} in {seconds:.0f} s (compile and evaluation included)")
+    # evaluate and predict work from the saved run
+    assert evaluate(tmp_path / "run")["top1"] == pytest.approx(result["top1"], abs=1e-6)
+    digits = datasets.digits()
+    images, labels = zip(*list(digits.eval.take(20).as_numpy_iterator()))
+    top = predict(tmp_path / "run", list(images), top_k=1)
+    assert np.mean([int(t[0][0]) == y for t, y in zip(top, labels)]) >= 0.9
+
+
+def test_warmup_decay_schedule_and_lr_scaling():
+    schedule = WarmupDecay(1.0, warmup_steps=10, total_steps=110, decay="cosine")
+    values = [float(schedule(s)) for s in (0, 5, 10, 60, 110)]
+    np.testing.assert_allclose(values, [0.0, 0.5, 1.0, 0.5, 0.0], atol=1e-6)
+    linear = WarmupDecay(2.0, 0, 100, decay="linear")
+    np.testing.assert_allclose([float(linear(s)) for s in (0, 50, 100)], [2.0, 1.0, 0.0], atol=1e-6)
+    c = TrainConfig(dataset="x", recipe="pretrain").resolved()
+    assert (c.learning_rate, c.base_batch_size, c.weight_decay) == (1e-3, 4096, 0.1)
+    assert peak_learning_rate(c, 512) == pytest.approx(1e-3 / 8)
+    f = TrainConfig(dataset="x", recipe="finetune").resolved()
+    assert (f.base_batch_size, f.clip_norm, f.weight_decay) == (512, 1.0, 0.0)
+
+
+def test_pipeline_is_deterministic_and_shapes(tmp_path):
+    source = datasets.digits()
+    config = TrainConfig(crop_scale=(0.5, 1.0), mixup=0.2, cutmix=1.0, seed=3)
+
+    def first_batch():
+        ds = pipeline.train_pipeline(source.train, source.num_train, config, (16, 16), 10, 8)
+        return next(iter(ds))
+
+    (a, la), (b, lb) = first_batch(), first_batch()
+    np.testing.assert_array_equal(a.numpy(), b.numpy())
+    assert a.shape == (8, 16, 16, 3) and la.shape == (8, 10)
+    np.testing.assert_allclose(la.numpy().sum(-1), 1.0, atol=1e-5)  # mixed one-hot labels still sum to 1
+    images, _ = next(iter(pipeline.eval_pipeline(source.eval, (16, 16), 10, 4, crop=0.875)))
+    assert images.shape == (4, 16, 16, 3)
+
+
+def _write_folder(root):
+    rng = np.random.default_rng(0)
+    for c, name in enumerate(("cat", "dog")):
+        folder = root / name
+        folder.mkdir(parents=True)
+        for i in range(6):
+            pixels = (rng.uniform(0, 255, (20 + i, 24, 3)) * (0.5 + c / 2)).astype("uint8")
+            image = Image.fromarray(pixels)
+            [image.convert("L").save(folder / f"{i}.png") if i == 0 else
+             image.convert("CMYK").save(folder / f"{i}.jpg") if i == 1 else
+             image.convert("RGBA").save(folder / f"{i}.png") if i == 2 else
+             image.convert("P").save(folder / f"{i}.gif") if i == 3 else
+             image.save(folder / f"{i}.bmp") if i == 4 else image.save(folder / f"{i}.jpg")]  # fmt: skip
+    (root / "cat" / "truncated.jpg").write_bytes((root / "cat" / "5.jpg").read_bytes()[:200])
+    (root / "dog" / "not_an_image.png").write_bytes(b"hello")
+    (root / "dog" / "notes.txt").write_text("ignored")
+
+
+def test_image_folder_skips_corrupt_files_and_trains(tmp_path, caplog):
+    _write_folder(tmp_path / "data")
+    source = datasets.folder(tmp_path / "data", validation_fraction=0.34)
+    assert "skipped 2 unreadable image(s)" in caplog.text
+    assert source.class_names == ["cat", "dog"] and source.num_train + source.num_eval == 12
+    shapes = [image.shape for image, _ in source.train.as_numpy_iterator()]
+    assert all(s[-1] == 3 for s in shapes)  # grayscale, CMYK, RGBA, palette -> RGB
+    result = fit(TrainConfig(dataset=str(tmp_path / "data"), run_dir=str(tmp_path / "run"), model=SMALL_MODEL,
+                             epochs=1, batch_size=4, validation_fraction=0.34), verbose=0)  # fmt: skip
+    assert result["num_examples"] == source.num_eval
+
+
+@pytest.mark.parametrize("name, split", [("cifar10", "train"), ("oxford_flowers102", "train")])
+def test_tfds_pipelines_with_mock_data(tmp_path, monkeypatch, name, split):
+    import tensorflow_datasets as tfds
+
+    monkeypatch.setattr(datasets, "network_available", lambda: True)  # tfds's mock stands in for the download
+    with tfds.testing.mock_data(num_examples=12):
+        source = datasets.tfds_source(name, train_split=f"{split}[:75%]", eval_split=f"{split}[75%:]")
+        assert len(source.class_names) == {"cifar10": 10, "oxford_flowers102": 102}[name]
+        result = fit(TrainConfig(dataset=f"tfds:{name}", run_dir=str(tmp_path / "run"), model=SMALL_MODEL,
+                                 train_split=f"{split}[:75%]", eval_split=f"{split}[75%:]", epochs=1,
+                                 batch_size=4), verbose=0)  # fmt: skip
+    assert result["num_examples"] == source.num_eval > 0
+
+
+def test_tfds_offline_and_unknown_fail_fast(monkeypatch, tmp_path):
+    monkeypatch.setenv("TFDS_DATA_DIR", str(tmp_path))
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match=r"tfds:cifar10 is not prepared .* offline; run `tfds build cifar10`"):
+        datasets.tfds_source("cifar10")
+    assert time.perf_counter() - start < 15
+    with pytest.raises(ValueError, match=r"unknown tensorflow-datasets dataset 'cifar11'; did you mean tfds:cifar10"):
+        datasets.tfds_source("cifar11")
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--dataset", "/no/such/folder"], "unknown dataset '/no/such/folder'"),
+        (["--dataset", "tfds:imagenett"], "did you mean tfds:imagenette"),
+        (["--recipe", "pretrain", "--preset", "vit_ti16", "--image-size", "230", "--dataset", "digits"],
+         "image height 230 is not divisible by patch size 16"),  # fmt: skip
+    ],
+)
+def test_train_bad_input_one_line(argv, message, tmp_path, capsys):
+    assert main(["train", "--run-dir", str(tmp_path / "run"), *argv]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("keras-vit")]
+    assert len(err) == 1 and message in err[0]
+
+
+def test_empty_folder_and_foreign_run_dir(tmp_path, capsys):
+    (tmp_path / "empty" / "a").mkdir(parents=True)
+    assert main(["train", "--dataset", str(tmp_path / "empty"), "--run-dir", str(tmp_path / "r")]) == 2
+    assert "has no readable images" in capsys.readouterr().err
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.yaml").write_text("dataset: something else\n")
+    assert main(["train", "--epochs", "1", "--run-dir", str(tmp_path / "run")]) == 2
+    assert "holds a run with a different config; pass --overwrite" in capsys.readouterr().err
+
+
+def test_nan_loss_stops_with_a_reason(tmp_path):
+    config = TrainConfig(run_dir=str(tmp_path / "run"), model=SMALL_MODEL, epochs=2, learning_rate=1e9)
+    with pytest.raises(TrainingError, match=r"stopped: loss became nan at epoch 1, step \d+"):
+        fit(config, verbose=0)
+
+
+def test_yaml_config_with_flag_override(tmp_path):
+    path = tmp_path / "train.yaml"
+    path.write_text("epochs: 3\nbatch_size: 16\nmodel: {hidden_size: 48}\n")
+    config = TrainConfig.from_yaml(path, batch_size=8)
+    assert (config.epochs, config.batch_size, config.model) == (3, 8, {"hidden_size": 48})
+    path.write_text("epoch: 3\n")
+    with pytest.raises(ValueError, match="unknown training option"):
+        TrainConfig.from_yaml(path)
+
+
+def _run_cli(args, env_extra=None):
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **(env_extra or {})}
+    return subprocess.Popen([sys.executable, "-m", "keras_vit.cli", *args], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+
+
+def test_killed_run_resumes_and_finishes(tmp_path):
+    run_dir = tmp_path / "run"
+    args = ["train", "--run-dir", str(run_dir), "--epochs", "6", "--seed", "1"]
+    process = _run_cli(args)
+    log = run_dir / "log.csv"
+    deadline = time.time() + 300
+    while time.time() < deadline and (not log.exists() or len(log.read_text().splitlines()) < 3):
+        time.sleep(0.2)  # wait until two epochs are logged, then kill mid-epoch
+    time.sleep(0.8)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    epochs_before = len(log.read_text().splitlines()) - 1
+    assert 2 <= epochs_before < 6
+    assert (run_dir / "backup").exists()
+    resumed = _run_cli(args)
+    output, _ = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, output[-2000:]
+    rows = [line.split(",")[0] for line in log.read_text().splitlines()[1:]]
+    assert sorted(set(rows), key=int) == [str(e) for e in range(6)]  # every epoch, none lost
+    assert json.loads((run_dir / "eval.json").read_text())["top1"] > 0.5
+
+
+def test_mirrored_on_two_logical_cpus_keeps_replicas_identical(tmp_path):
+    script = f"""
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+import numpy as np
+from keras_vit.training import TrainConfig, fit
+from keras_vit.training import run
+captured = {{}}
+original = run._build_model
+def build(c, n):
+    captured["model"] = original(c, n)
+    return captured["model"]
+run._build_model = build
+fit(TrainConfig(run_dir={str(tmp_path / 'run')!r}, model={SMALL_MODEL!r}, epochs=1, strategy="mirrored"), verbose=0)
+model = captured["model"]
+replicas = [v for v in model.trainable_variables]
+values = [[np.asarray(x) for x in v.value.values] if hasattr(v.value, "values") else None for v in replicas]
+assert all(vals is not None and len(vals) == 2 for vals in values), "not mirrored over 2 replicas"
+assert all(np.array_equal(vals[0], vals[1]) for vals in values), "replicas differ"
+print("REPLICAS-IDENTICAL", len(values))
+"""
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})  # fmt: skip
+    assert "REPLICAS-IDENTICAL" in result.stdout, (result.stdout + result.stderr)[-3000:]

@@ -1,0 +1,171 @@
+"""Data sources: scikit-learn's digits, an image folder, or any tensorflow-datasets dataset.
+
+Each yields decoded uint8 images `(H, W, 3)` and integer labels as tf.data datasets, plus the
+class names; the pipeline (`pipeline.py`) crops, augments and batches them.
+"""
+
+import dataclasses
+import difflib
+import logging
+import socket
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+
+logger = logging.getLogger("keras_vit")
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
+
+
+@dataclasses.dataclass
+class Source:
+    train: tf.data.Dataset  # (uint8 image (H, W, 3), int label)
+    eval: tf.data.Dataset
+    class_names: list
+    num_train: int
+    num_eval: int
+
+
+def load(config):
+    """The `Source` for `config.dataset`: "digits", "tfds:NAME" or a folder path."""
+    if config.dataset == "digits":
+        return digits(config.validation_fraction, config.seed)
+    if config.dataset.startswith("tfds:"):
+        return tfds_source(config.dataset[5:], config.train_split, config.eval_split)
+    path = Path(config.dataset)
+    if path.is_dir():
+        return folder(path, config.validation_fraction, config.seed)
+    raise ValueError(f"unknown dataset {config.dataset!r}: use 'digits', 'tfds:NAME' or an image folder "
+                     "(one sub-folder per class).")  # fmt: skip
+
+
+def digits(validation_fraction=0.2, seed=0):
+    """scikit-learn's bundled handwritten digits (1,797 real 8x8 images, no download), as RGB
+    pixels in [0, 255]; a stratified `validation_fraction` is held out."""
+    from sklearn.datasets import load_digits
+
+    data = load_digits()
+    images = np.round(data.images * (255.0 / 16.0)).astype(np.uint8)[..., None].repeat(3, axis=-1)
+    train, held_out = _stratified_split(data.target, validation_fraction, seed)
+    return Source(
+        train=tf.data.Dataset.from_tensor_slices((images[train], data.target[train])),
+        eval=tf.data.Dataset.from_tensor_slices((images[held_out], data.target[held_out])),
+        class_names=[str(d) for d in range(10)],
+        num_train=len(train),
+        num_eval=len(held_out),
+    )
+
+
+def folder(path, validation_fraction=0.2, seed=0):
+    """One sub-folder per class of JPEG/PNG/BMP/GIF files. Unreadable files are skipped (and
+    counted in one warning); grayscale, CMYK, palette and RGBA images become RGB."""
+    path = Path(path)
+    classes = sorted(p.name for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))
+    if not classes:
+        raise ValueError(f"{path} has no class sub-folders (expected {path}/CLASS_NAME/image.jpg).")
+    files, labels, skipped = [], [], []
+    for label, name in enumerate(classes):
+        for file in sorted((path / name).rglob("*")):
+            if file.suffix.lower() not in IMAGE_EXTENSIONS:
+                continue
+            if _readable(file):
+                files.append(str(file))
+                labels.append(label)
+            else:
+                skipped.append(str(file))
+    if not files:
+        raise ValueError(f"{path} has no readable images ({', '.join(IMAGE_EXTENSIONS)}) in its class folders.")
+    if skipped:
+        logger.warning("keras_vit: skipped %d unreadable image(s) in %s, e.g. %s", len(skipped), path, skipped[0])
+    labels = np.array(labels)
+    train, held_out = _stratified_split(labels, validation_fraction, seed)
+    files = np.array(files)
+
+    def dataset(index):
+        paths = tf.data.Dataset.from_tensor_slices((files[index], labels[index]))
+        return paths.map(lambda f, y: (_decode_file(f), y), num_parallel_calls=tf.data.AUTOTUNE)
+
+    return Source(dataset(train), dataset(held_out), classes, len(train), len(held_out))
+
+
+def tfds_source(name, train_split=None, eval_split=None):
+    """A tensorflow-datasets image-classification dataset. Not prepared and offline: a clear
+    error within seconds (tfds itself would retry for minutes)."""
+    import tensorflow_datasets as tfds
+
+    known = tfds.list_builders(with_community_datasets=False)
+    base = name.split("/")[0].split(":")[0]
+    if base not in known:
+        close = difflib.get_close_matches(base, known, n=3)
+        hint = f"; did you mean {', '.join('tfds:' + c for c in close)}?" if close else "."
+        raise ValueError(f"unknown tensorflow-datasets dataset {name!r}{hint}")
+    builder = tfds.builder(name, try_gcs=False)
+    if not builder.is_prepared():
+        if not network_available():
+            manual = " (it needs a manual download into ~/tensorflow_datasets/downloads/manual)" \
+                if getattr(builder, "MANUAL_DOWNLOAD_INSTRUCTIONS", None) else ""  # fmt: skip
+            raise ValueError(f"tfds:{name} is not prepared in {builder.data_dir} and this machine is offline; "
+                             f"run `tfds build {name}` where there is internet{manual} and copy the "
+                             "tensorflow_datasets folder here (or set TFDS_DATA_DIR).")  # fmt: skip
+        builder.download_and_prepare()
+    names = builder.info.features["label"].names
+    splits = list(builder.info.splits.keys())
+    train_split = train_split or "train"
+    eval_split = eval_split or next((s for s in ("test", "validation") if s in splits), "train[90%:]")
+    if eval_split == "train[90%:]" and train_split == "train":
+        train_split = "train[:90%]"
+    datasets, counts = [], []
+    for split in (train_split, eval_split):
+        ds = builder.as_dataset(split=split, as_supervised=True, shuffle_files=False)
+        datasets.append(ds.map(lambda x, y: (_to_rgb(x), y), num_parallel_calls=tf.data.AUTOTUNE))
+        try:
+            counts.append(builder.info.splits[split].num_examples)
+        except KeyError:  # no split metadata (e.g. under tfds.testing.mock_data): count
+            counts.append(int(ds.reduce(0, lambda n, _: n + 1)))
+    return Source(datasets[0], datasets[1], list(names), counts[0], counts[1])
+
+
+def network_available(host="storage.googleapis.com", timeout=3.0):
+    """Whether the dataset host answers within `timeout` seconds."""
+    try:
+        socket.create_connection((host, 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
+def _readable(file):
+    from PIL import Image
+
+    try:
+        with Image.open(file) as image:
+            image.load()  # decodes fully: catches truncated files, not just bad headers
+        return True
+    except Exception:  # PIL raises many types for bad files
+        return False
+
+
+def _decode_file(path):
+    data = tf.io.read_file(path)
+    image = tf.io.decode_image(data, channels=3, expand_animations=False)  # RGBA/gray/palette -> RGB
+    image.set_shape([None, None, 3])
+    return image
+
+
+def _to_rgb(image):
+    image = tf.convert_to_tensor(image)
+    if image.shape[-1] == 1:
+        image = tf.image.grayscale_to_rgb(image)
+    return tf.cast(image, tf.uint8)
+
+
+def _stratified_split(labels, fraction, seed):
+    """Indices (train, held_out): `fraction` of every class held out, shuffled with `seed`."""
+    rng = np.random.default_rng(seed)
+    train, held_out = [], []
+    for label in np.unique(labels):
+        index = rng.permutation(np.flatnonzero(labels == label))
+        cut = max(1, int(round(len(index) * fraction))) if len(index) > 1 else 0
+        held_out += list(index[:cut])
+        train += list(index[cut:])
+    return np.array(sorted(train)), np.array(sorted(held_out))

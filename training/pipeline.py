@@ -1,0 +1,113 @@
+"""tf.data input pipelines: the official training crop, flips, MixUp/CutMix, eval crops.
+
+Random choices come from per-example seeds drawn from `config.seed` and stateless ops, so a
+run is reproducible even with parallel map calls.
+"""
+
+import tensorflow as tf
+
+AUTOTUNE = tf.data.AUTOTUNE
+EVAL_CROP = 0.875  # resize to size / 0.875, then centre-crop (Inception-style evaluation)
+
+
+def train_pipeline(source_ds, num_examples, config, image_size, num_classes, global_batch, cache=False):
+    """Batches of (float32 pixels in [0, 255], one-hot labels), repeated forever."""
+    ds = source_ds.cache() if cache else source_ds
+    ds = ds.shuffle(min(num_examples, 10_000), seed=config.seed, reshuffle_each_iteration=True).repeat()
+    seeds = tf.data.Dataset.random(seed=config.seed).batch(2)  # one stateless seed per example
+    ds = tf.data.Dataset.zip((ds, seeds))
+
+    def augment(example, seed):
+        (image, label), seed = example, tf.cast(seed, tf.int32)
+        if config.augment == "translate":
+            image = translate(image, image_size, seed)
+        else:
+            image = inception_crop(image, image_size, config.crop_scale, seed)
+        if config.flip:
+            image = tf.image.stateless_random_flip_left_right(image, seed + 1)
+        return image, tf.one_hot(label, num_classes)
+
+    ds = ds.map(augment, num_parallel_calls=AUTOTUNE, deterministic=True)
+    ds = ds.batch(global_batch, drop_remainder=True)
+    if config.mixup > 0 or config.cutmix > 0:
+        mix_seeds = tf.data.Dataset.random(seed=config.seed + 1).batch(2)
+        ds = tf.data.Dataset.zip((ds, mix_seeds)).map(lambda b, s: mix(b, s, config.mixup, config.cutmix),
+                                                       num_parallel_calls=AUTOTUNE)  # fmt: skip
+    return ds.prefetch(AUTOTUNE)
+
+
+def eval_pipeline(source_ds, image_size, num_classes, batch_size, crop=EVAL_CROP):
+    """Batches of resized, centre-cropped images with one-hot labels (in order, once)."""
+
+    def prepare(image, label):
+        return centre_crop(image, image_size, crop), tf.one_hot(label, num_classes)
+
+    return source_ds.map(prepare, num_parallel_calls=AUTOTUNE).batch(batch_size).prefetch(AUTOTUNE)
+
+
+def inception_crop(image, size, scale, seed):
+    """Random crop covering `scale` of the area with aspect ratio in [3/4, 4/3], resized to `size`."""
+    begin, crop_size, _ = tf.image.stateless_sample_distorted_bounding_box(
+        tf.shape(image), bounding_boxes=tf.zeros([1, 0, 4]), seed=seed, area_range=scale,
+        aspect_ratio_range=(3 / 4, 4 / 3), min_object_covered=0.0, use_image_if_no_bounding_boxes=True)  # fmt: skip
+    image = tf.slice(image, begin, crop_size)
+    return tf.image.resize(tf.cast(image, tf.float32), size, method="bilinear")
+
+
+def translate(image, size, seed):
+    """Resize to `size`, zero-pad by 1/8 of each side and crop `size` back at a random offset."""
+    image = tf.image.resize(tf.cast(image, tf.float32), size, method="bilinear")
+    pad = [max(1, s // 8) for s in size]
+    image = tf.pad(image, [[pad[0], pad[0]], [pad[1], pad[1]], [0, 0]])
+    return tf.image.stateless_random_crop(image, [size[0], size[1], 3], seed)
+
+
+def centre_crop(image, size, crop=EVAL_CROP):
+    """Resizes so the centre `crop` fraction becomes `size`, then crops it (crop=1: resize only)."""
+    image = tf.cast(image, tf.float32)
+    if crop >= 1.0:
+        return tf.image.resize(image, size, method="bilinear")
+    big = [int(round(s / crop)) for s in size]
+    image = tf.image.resize(image, big, method="bilinear")
+    top, left = (big[0] - size[0]) // 2, (big[1] - size[1]) // 2
+    return image[top : top + size[0], left : left + size[1]]
+
+
+def mix(batch, seed, mixup_alpha, cutmix_alpha):
+    """MixUp or CutMix of each batch with its reverse (AugReg); labels mixed in the same
+    proportion. With both enabled, each batch picks one at random."""
+    images, labels = batch
+    seed = tf.cast(seed, tf.int32)
+    if mixup_alpha <= 0:
+        return _cutmix(images, labels, cutmix_alpha, seed)
+    if cutmix_alpha <= 0:
+        return _mixup(images, labels, mixup_alpha, seed)
+    return tf.cond(tf.random.stateless_uniform([], seed) < 0.5,
+                   lambda: _cutmix(images, labels, cutmix_alpha, seed + 11),
+                   lambda: _mixup(images, labels, mixup_alpha, seed + 13))  # fmt: skip
+
+
+def _mixup(images, labels, alpha, seed):
+    lam = _beta(alpha, seed)
+    return lam * images + (1 - lam) * tf.reverse(images, [0]), lam * labels + (1 - lam) * tf.reverse(labels, [0])
+
+
+def _cutmix(images, labels, alpha, seed):
+    lam = _beta(alpha, seed)
+    shape = tf.shape(images)
+    h, w = shape[1], shape[2]
+    cut_h = tf.cast(tf.cast(h, tf.float32) * tf.sqrt(1.0 - lam), tf.int32)
+    cut_w = tf.cast(tf.cast(w, tf.float32) * tf.sqrt(1.0 - lam), tf.int32)
+    cy = tf.random.stateless_uniform([], seed + 2, 0, h, dtype=tf.int32)
+    cx = tf.random.stateless_uniform([], seed + 3, 0, w, dtype=tf.int32)
+    inside = (tf.abs(tf.range(h)[:, None] - cy) <= cut_h // 2) & (tf.abs(tf.range(w)[None, :] - cx) <= cut_w // 2)
+    mask = tf.cast(inside, images.dtype)[None, :, :, None]
+    lam = 1.0 - tf.reduce_mean(tf.cast(inside, tf.float32))  # the pasted area decides the label mix
+    images = images * (1 - mask) + tf.reverse(images, [0]) * mask
+    return images, lam * labels + (1 - lam) * tf.reverse(labels, [0])
+
+
+def _beta(alpha, seed):
+    a = tf.random.stateless_gamma([], seed, alpha=alpha)
+    b = tf.random.stateless_gamma([], seed + 7, alpha=alpha)
+    return a / (a + b)

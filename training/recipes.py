@@ -1,0 +1,56 @@
+"""The paper's optimisation recipes: `pretrain` (AdamW) and `finetune` (SGD + momentum)."""
+
+import math
+
+import keras
+
+# Biases, norms, the class token and the position embedding take no weight decay.
+NO_DECAY = ["bias", "gamma", "beta", "token", "embedding"]
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
+    """Linear warm-up from 0 to `peak` over `warmup_steps`, then cosine or linear decay to 0
+    at `total_steps`."""
+
+    def __init__(self, peak, warmup_steps, total_steps, decay="cosine"):
+        self.peak = float(peak)
+        self.warmup_steps = int(warmup_steps)
+        self.total_steps = int(total_steps)
+        self.decay = decay
+
+    def __call__(self, step):
+        step = keras.ops.cast(step, "float32")
+        warmup = self.peak * step / max(self.warmup_steps, 1)
+        progress = keras.ops.clip((step - self.warmup_steps) / max(self.total_steps - self.warmup_steps, 1), 0.0, 1.0)
+        if self.decay == "cosine":
+            decayed = 0.5 * self.peak * (1.0 + keras.ops.cos(math.pi * progress))
+        else:
+            decayed = self.peak * (1.0 - progress)
+        return keras.ops.where(step < self.warmup_steps, warmup, decayed)
+
+    def get_config(self):
+        return {"peak": self.peak, "warmup_steps": self.warmup_steps, "total_steps": self.total_steps,
+                "decay": self.decay}  # fmt: skip
+
+
+def peak_learning_rate(config, global_batch):
+    """`learning_rate` scaled linearly from `base_batch_size` to the global batch."""
+    return config.learning_rate * global_batch / config.base_batch_size
+
+
+def build_optimizer(config, steps_per_epoch, global_batch):
+    """The optimizer of a resolved `TrainConfig`'s recipe."""
+    total = config.epochs * steps_per_epoch
+    schedule = WarmupDecay(peak_learning_rate(config, global_batch), int(total * config.warmup_fraction),
+                           total, config.decay)  # fmt: skip
+    if config.recipe == "pretrain":
+        optimizer = keras.optimizers.AdamW(schedule, beta_1=0.9, beta_2=0.999, weight_decay=config.weight_decay,
+                                           global_clipnorm=config.clip_norm)  # fmt: skip
+        optimizer.exclude_from_weight_decay(var_names=NO_DECAY)
+        return optimizer
+    optimizer = keras.optimizers.SGD(schedule, momentum=0.9, global_clipnorm=config.clip_norm,
+                                     weight_decay=config.weight_decay or None)  # fmt: skip
+    if config.weight_decay:
+        optimizer.exclude_from_weight_decay(var_names=NO_DECAY)
+    return optimizer

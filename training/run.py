@@ -1,0 +1,154 @@
+"""`fit`, `evaluate` and `predict`: the training application's Python API."""
+
+import json
+import logging
+import os
+from pathlib import Path
+
+import keras
+import numpy as np
+import yaml
+
+import keras_vit
+from keras_vit.training import datasets, pipeline, recipes
+from keras_vit.training.callbacks import AtomicCheckpoint, StopOnNaN
+from keras_vit.training.config import TrainConfig
+from keras_vit.training.strategy import make_placement
+
+logger = logging.getLogger("keras_vit")
+CONFIG_FILE, LABELS_FILE, EVAL_FILE = "config.yaml", "labels.txt", "eval.json"
+
+
+class TrainingError(RuntimeError):
+    """A run that stopped without a usable result (e.g. a NaN loss)."""
+
+
+def fit(config, overwrite=False, verbose="auto"):
+    """Trains as `config` (a `TrainConfig`) says; returns the evaluation dict of `eval.json`.
+
+    The run directory gets `config.yaml` (resolved), `labels.txt`, `best.keras`/`last.keras`,
+    `log.csv`, `tensorboard/`, `backup/` (resume state) and `eval.json`. Started again with
+    the same config, an interrupted run resumes where its last completed epoch left it.
+    """
+    c = config.resolved()
+    run_dir = _prepare_run_dir(c, overwrite)
+    keras.utils.set_random_seed(c.seed)
+    placement = make_placement(c)
+    global_batch = c.batch_size * placement.replicas
+    source = datasets.load(c)
+    steps_per_epoch = source.num_train // global_batch
+    if steps_per_epoch < 1:
+        raise ValueError(f"the global batch {global_batch} is larger than the {source.num_train} training examples.")
+    (run_dir / LABELS_FILE).write_text("\n".join(source.class_names) + "\n")
+    with placement.scope():
+        model = _build_model(c, len(source.class_names))
+        model.compile(
+            optimizer=recipes.build_optimizer(c, steps_per_epoch, global_batch),
+            loss=keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=c.label_smoothing),
+            metrics=[keras.metrics.CategoricalAccuracy(name="accuracy"),
+                     keras.metrics.TopKCategoricalAccuracy(5, name="top5")],  # fmt: skip
+            jit_compile=c.jit_compile,
+            steps_per_execution=c.steps_per_execution,
+        )
+    size = model.config.image_size
+    train = pipeline.train_pipeline(source.train, source.num_train, c, size, len(source.class_names), global_batch,
+                                    cache=c.is_digits)  # fmt: skip
+    evaluation = _eval_pipeline(source.eval, c, size, len(source.class_names), global_batch)
+    nan = StopOnNaN()
+    callbacks = [
+        keras.callbacks.BackupAndRestore(str(run_dir / "backup")),
+        nan,
+        AtomicCheckpoint(run_dir),
+        keras.callbacks.CSVLogger(str(run_dir / "log.csv"), append=True),
+        keras.callbacks.TensorBoard(str(run_dir / "tensorboard")),
+    ]
+    logger.info("keras_vit: training on %s, global batch %d", placement.description, global_batch)
+    model.fit(train, epochs=c.epochs, steps_per_epoch=steps_per_epoch, validation_data=evaluation,
+              callbacks=callbacks, verbose=verbose)  # fmt: skip
+    if nan.reason:
+        kept = "best.keras" if (run_dir / "best.keras").exists() else "no checkpoint (first epoch)"
+        raise TrainingError(f"stopped: {nan.reason}; kept the last good checkpoint: {run_dir / kept}")
+    return evaluate(run_dir, verbose=verbose)
+
+
+def evaluate(run_dir, verbose="auto"):
+    """Evaluates a run's `best.keras` on its evaluation split; writes and returns `eval.json`."""
+    run_dir = Path(run_dir)
+    c = load_run_config(run_dir)
+    model = load_run_model(run_dir)
+    source = datasets.load(c)
+    data = _eval_pipeline(source.eval, c, model.config.image_size, model.config.num_classes, c.batch_size)
+    model.compile(loss=keras.losses.CategoricalCrossentropy(from_logits=True),
+                  metrics=[keras.metrics.CategoricalAccuracy(name="accuracy"),
+                           keras.metrics.TopKCategoricalAccuracy(5, name="top5")])  # fmt: skip
+    values = model.evaluate(data, verbose=verbose, return_dict=True)
+    result = {"top1": float(values["accuracy"]), "top5": float(values["top5"]), "loss": float(values["loss"]),
+              "num_examples": int(source.num_eval), "checkpoint": "best.keras"}  # fmt: skip
+    (run_dir / EVAL_FILE).write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+def predict(run_dir, images, top_k=5):
+    """Top-k `(label, probability)` lists for `images` (uint8/float `(N, H, W, 3)`, any size)."""
+    run_dir = Path(run_dir)
+    c = load_run_config(run_dir)
+    model = load_run_model(run_dir)
+    labels = (run_dir / LABELS_FILE).read_text().splitlines()
+    crop = 1.0 if c.is_digits else pipeline.EVAL_CROP
+    batch = np.stack([pipeline.centre_crop(np.asarray(image), model.config.image_size, crop).numpy() for image in images])
+    probabilities = keras.ops.convert_to_numpy(keras.ops.softmax(model.predict(batch, verbose=0), axis=-1))
+    top = np.argsort(-probabilities, axis=-1)[:, :top_k]
+    return [[(labels[i], float(p[i])) for i in row] for row, p in zip(top, probabilities)]
+
+
+def load_run_config(run_dir):
+    path = Path(run_dir) / CONFIG_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{run_dir} is not a run directory (no {CONFIG_FILE}).")
+    return TrainConfig.from_dict(yaml.safe_load(path.read_text()))
+
+
+def load_run_model(run_dir):
+    for name in ("best.keras", "last.keras"):
+        if (Path(run_dir) / name).is_file():
+            return keras.saving.load_model(Path(run_dir) / name, safe_mode=True)
+    raise FileNotFoundError(f"{run_dir} has no best.keras or last.keras (has training finished an epoch?).")
+
+
+def _build_model(c, num_classes):
+    dtype = None if c.precision == "float32" else c.precision
+    if c.preset:
+        model = keras_vit.ViT.from_preset(c.preset, dtype=dtype, **{**c.model, "num_classes": num_classes})
+    else:
+        model = keras_vit.ViT(keras_vit.ViTConfig(**{**c.model, "num_classes": num_classes}), dtype=dtype)
+    if c.weights:  # fine-tuning: a fresh zero head, position embeddings resampled (see load_weights)
+        keras_vit.load_weights(model, c.weights)
+    return model
+
+
+def _eval_pipeline(ds, c, size, num_classes, batch):
+    return pipeline.eval_pipeline(ds, size, num_classes, batch, crop=1.0 if c.is_digits else pipeline.EVAL_CROP)
+
+
+def _prepare_run_dir(c, overwrite):
+    """Creates the run directory, or checks that an existing one belongs to this config."""
+    run_dir = Path(c.run_dir)
+    stored = run_dir / CONFIG_FILE
+    text = yaml.safe_dump(c.to_dict(), sort_keys=True)
+    if stored.is_file() and stored.read_text() != text:
+        if not overwrite:
+            raise ValueError(f"{run_dir} holds a run with a different config; pass --overwrite to replace it "
+                             "or choose another --run-dir.")  # fmt: skip
+        for name in ("best.keras", "last.keras", "log.csv", EVAL_FILE):
+            if (run_dir / name).exists():
+                os.unlink(run_dir / name)
+        _remove_tree(run_dir / "backup")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    stored.write_text(text)
+    return run_dir
+
+
+def _remove_tree(path):
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,64 @@
+"""Choosing where training runs: one device, mirrored GPUs/CPUs, many workers, TPU, or
+Keras's DataParallel distribution under the JAX backend."""
+
+import contextlib
+import json
+import os
+
+import keras
+
+
+class Placement:
+    """The distribution of a run: `scope()` to build the model in, and the replica count."""
+
+    def __init__(self, strategy=None, replicas=1, description="one device"):
+        self.strategy = strategy
+        self.replicas = replicas
+        self.description = description
+
+    def scope(self):
+        return self.strategy.scope() if self.strategy is not None else contextlib.nullcontext()
+
+
+def make_placement(config):
+    if keras.backend.backend() == "jax":
+        return _jax_placement(config)
+    import tensorflow as tf
+
+    name = config.strategy
+    gpus = tf.config.list_logical_devices("GPU")
+    if name == "auto":
+        name = "tpu" if (config.tpu or os.environ.get("TPU_NAME")) else ("mirrored" if len(gpus) > 1 else "one_device")
+    if name == "one_device":
+        device = gpus[0].name if gpus else "/cpu:0"
+        return Placement(tf.distribute.OneDeviceStrategy(device), 1, f"one device ({device})")
+    if name == "mirrored":
+        devices = [d.name for d in gpus] or [d.name for d in tf.config.list_logical_devices("CPU")]
+        strategy = tf.distribute.MirroredStrategy(devices)
+        return Placement(strategy, strategy.num_replicas_in_sync, f"mirrored over {', '.join(devices)}")
+    if name == "multi_worker":
+        if "TF_CONFIG" not in os.environ:
+            raise ValueError("strategy multi_worker needs TF_CONFIG (the cluster and this worker's task).")
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        task = json.loads(os.environ["TF_CONFIG"]).get("task", {})
+        return Placement(strategy, strategy.num_replicas_in_sync, f"multi-worker ({task})")
+    if name == "tpu":
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=config.tpu or "")
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+        strategy = tf.distribute.TPUStrategy(resolver)
+        return Placement(strategy, strategy.num_replicas_in_sync, f"TPU {config.tpu or ''}".strip())
+    raise ValueError(f"unknown strategy {name!r}.")
+
+
+def _jax_placement(config):
+    import jax
+
+    if config.strategy in ("multi_worker", "tpu"):
+        raise ValueError(f"strategy {config.strategy} is for the TensorFlow backend; under JAX use auto or mirrored "
+                         "(Keras DataParallel over the local devices).")  # fmt: skip
+    devices = jax.devices()
+    if config.strategy == "one_device" or len(devices) == 1:
+        return Placement(None, 1, f"one device ({devices[0]})")
+    keras.distribution.set_distribution(keras.distribution.DataParallel(devices=devices))
+    return Placement(None, len(devices), f"Keras DataParallel over {len(devices)} {devices[0].platform} devices")
