@@ -47,7 +47,7 @@ def fit(config, overwrite=False, verbose="auto"):
             loss=keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=c.label_smoothing),
             metrics=[keras.metrics.CategoricalAccuracy(name="accuracy"),
                      keras.metrics.TopKCategoricalAccuracy(5, name="top5")],  # fmt: skip
-            jit_compile=c.jit_compile,
+            jit_compile=c.jit_compile and placement.supports_jit,
             steps_per_execution=c.steps_per_execution,
         )
     size = model.config.image_size
@@ -62,6 +62,8 @@ def fit(config, overwrite=False, verbose="auto"):
         keras.callbacks.CSVLogger(str(run_dir / "log.csv"), append=True),
         keras.callbacks.TensorBoard(str(run_dir / "tensorboard")),
     ]
+    if c.jit_compile and not placement.supports_jit:
+        logger.warning("keras_vit: XLA (jit_compile) is off for %s", placement.description)
     logger.info("keras_vit: training on %s, global batch %d", placement.description, global_batch)
     model.fit(train, epochs=c.epochs, steps_per_epoch=steps_per_epoch, validation_data=evaluation,
               callbacks=callbacks, verbose=verbose)  # fmt: skip

@@ -11,10 +11,11 @@ import keras
 class Placement:
     """The distribution of a run: `scope()` to build the model in, and the replica count."""
 
-    def __init__(self, strategy=None, replicas=1, description="one device"):
+    def __init__(self, strategy=None, replicas=1, description="one device", supports_jit=True):
         self.strategy = strategy
         self.replicas = replicas
         self.description = description
+        self.supports_jit = supports_jit
 
     def scope(self):
         return self.strategy.scope() if self.strategy is not None else contextlib.nullcontext()
@@ -35,7 +36,10 @@ def make_placement(config):
     if name == "mirrored":
         devices = [d.name for d in gpus] or [d.name for d in tf.config.list_logical_devices("CPU")]
         strategy = tf.distribute.MirroredStrategy(devices)
-        return Placement(strategy, strategy.num_replicas_in_sync, f"mirrored over {', '.join(devices)}")
+        # XLA on CPU compiles the replicated step onto one device and then cannot reach the
+        # other replicas' variables: mirrored CPU devices (tests, debugging) run without jit.
+        return Placement(strategy, strategy.num_replicas_in_sync, f"mirrored over {', '.join(devices)}",
+                         supports_jit=bool(gpus) or len(devices) == 1)  # fmt: skip
     if name == "multi_worker":
         if "TF_CONFIG" not in os.environ:
             raise ValueError("strategy multi_worker needs TF_CONFIG (the cluster and this worker's task).")
