@@ -10,7 +10,7 @@ import numpy as np
 import yaml
 
 import keras_vit
-from keras_vit.training import datasets, pipeline, recipes
+from keras_vit.training import datasets, multi_worker, pipeline, recipes
 from keras_vit.training.callbacks import AtomicCheckpoint, StopOnNaN
 from keras_vit.training.config import TrainConfig
 from keras_vit.training.strategy import make_placement
@@ -32,13 +32,16 @@ def fit(config, overwrite=False, verbose="auto"):
     """
     c = config.resolved()
     run_dir = _prepare_run_dir(c, overwrite)
+    placement = make_placement(c)  # first: multi-worker collectives must be set up before any op
     keras.utils.set_random_seed(c.seed)
-    placement = make_placement(c)
     global_batch = c.batch_size * placement.replicas
     source = datasets.load(c)
     steps_per_epoch = source.num_train // global_batch
     if steps_per_epoch < 1:
         raise ValueError(f"the global batch {global_batch} is larger than the {source.num_train} training examples.")
+    if not placement.is_chief:  # other workers keep their files apart from the chief's
+        run_dir = run_dir / f"worker_{placement.task_index}"
+        run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / LABELS_FILE).write_text("\n".join(source.class_names) + "\n")
     with placement.scope():
         model = _build_model(c, len(source.class_names))
@@ -50,6 +53,8 @@ def fit(config, overwrite=False, verbose="auto"):
             jit_compile=c.jit_compile and placement.supports_jit,
             steps_per_execution=c.steps_per_execution,
         )
+    if c.strategy == "multi_worker":
+        multi_worker.apply(model)
     size = model.config.image_size
     train = pipeline.train_pipeline(source.train, source.num_train, c, size, len(source.class_names), global_batch,
                                     cache=c.is_digits)  # fmt: skip
@@ -67,6 +72,8 @@ def fit(config, overwrite=False, verbose="auto"):
     logger.info("keras_vit: training on %s, global batch %d", placement.description, global_batch)
     model.fit(train, epochs=c.epochs, steps_per_epoch=steps_per_epoch, validation_data=evaluation,
               callbacks=callbacks, verbose=verbose)  # fmt: skip
+    if not placement.is_chief:
+        (run_dir / CONFIG_FILE).write_text(yaml.safe_dump(c.to_dict(), sort_keys=True))
     if nan.reason:
         kept = "best.keras" if (run_dir / "best.keras").exists() else "no checkpoint (first epoch)"
         raise TrainingError(f"stopped: {nan.reason}; kept the last good checkpoint: {run_dir / kept}")

@@ -16,6 +16,11 @@ class Placement:
         self.replicas = replicas
         self.description = description
         self.supports_jit = supports_jit
+        self.task_index = 0  # multi-worker: this worker's index; 0 is the chief
+
+    @property
+    def is_chief(self):
+        return self.task_index == 0
 
     def scope(self):
         return self.strategy.scope() if self.strategy is not None else contextlib.nullcontext()
@@ -27,13 +32,16 @@ def make_placement(config):
     import tensorflow as tf
 
     name = config.strategy
-    gpus = tf.config.list_logical_devices("GPU")
+    # Physical devices: listing logical ones starts TensorFlow's context, after which
+    # multi-worker collectives can no longer be configured.
+    gpus = tf.config.list_physical_devices("GPU")
     if name == "auto":
         name = "tpu" if (config.tpu or os.environ.get("TPU_NAME")) else ("mirrored" if len(gpus) > 1 else "one_device")
     if name == "one_device":
-        device = gpus[0].name if gpus else "/cpu:0"
+        device = "/gpu:0" if gpus else "/cpu:0"
         return Placement(tf.distribute.OneDeviceStrategy(device), 1, f"one device ({device})")
     if name == "mirrored":
+        gpus = tf.config.list_logical_devices("GPU")
         devices = [d.name for d in gpus] or [d.name for d in tf.config.list_logical_devices("CPU")]
         strategy = tf.distribute.MirroredStrategy(devices)
         # XLA on CPU compiles the replicated step onto one device and then cannot reach the
@@ -45,7 +53,11 @@ def make_placement(config):
             raise ValueError("strategy multi_worker needs TF_CONFIG (the cluster and this worker's task).")
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
         task = json.loads(os.environ["TF_CONFIG"]).get("task", {})
-        return Placement(strategy, strategy.num_replicas_in_sync, f"multi-worker ({task})")
+        # XLA has no collectives on CPU devices ("not yet implemented"): CPU workers run without jit.
+        placement = Placement(strategy, strategy.num_replicas_in_sync, f"multi-worker ({task})",
+                              supports_jit=bool(gpus))  # fmt: skip
+        placement.task_index = int(task.get("index", 0)) if task.get("type", "worker") in ("worker", "chief") else 1
+        return placement
     if name == "tpu":
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=config.tpu or "")
         tf.config.experimental_connect_to_cluster(resolver)
