@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Developer entry point: creates .venv if needed, installs the pinned environment, runs a job.
 
-    python3 dev.py demo    # set up, then the main job (build a ViT, summary, run on a photo)
+    python3 dev.py demo    # set up, then the main job: ViT-B/16 summary, then train on digits
     python3 dev.py test    # set up, then the whole test suite under TensorFlow and JAX
     python3 dev.py setup   # only set up
 Extra arguments after `test` go to pytest (e.g. `python3 dev.py test -m slow`).
@@ -63,7 +63,10 @@ def main(argv):
         return 2
     setup()
     if argv[0] == "demo":
-        return run(BIN / "keras-vit", "summary", "vit_b16", *argv[1:], env=backend_env("tensorflow"))
+        env = backend_env("tensorflow")
+        return run(BIN / "keras-vit", "summary", "vit_b16", env=env) or run(
+            BIN / "keras-vit", "train", "--dataset", "digits", "--run-dir", "runs/digits", *argv[1:], env=env
+        )
     if argv[0] == "test":
         return test(argv[1:])
     return 0
