@@ -261,3 +261,17 @@ def test_multi_worker_workaround_is_still_needed(tmp_path):
     outputs = _two_workers(tmp_path / "run", patch=False)
     assert all("FAILED" in o for o in outputs), [o[-1500:] for o in outputs]
     assert any("PerReplica" in o or "reduction dimension" in o for o in outputs), [o[-1500:] for o in outputs]
+
+
+def test_global_batch_must_divide_by_replicas_and_randaugment_runs(tmp_path):
+    from keras_vit.training import run
+
+    assert run._global_batch(TrainConfig(global_batch_size=64), 2) == 64
+    with pytest.raises(ValueError, match="global batch 63 is not divisible by the 2 replicas"):
+        run._global_batch(TrainConfig(global_batch_size=63), 2)
+    source = datasets.digits()
+    config = TrainConfig(randaugment=0.5)
+    images, _ = next(iter(pipeline.train_pipeline(source.train, source.num_train, config, (16, 16), 10, 8)))
+    assert images.shape == (8, 16, 16, 3) and np.isfinite(images.numpy()).all()
+    with pytest.raises(ValueError, match=r"randaugment must be in \(0, 1\]"):
+        TrainConfig(randaugment=2.0)

@@ -35,6 +35,7 @@ class TrainConfig:
     recipe: str = "pretrain"
     epochs: Optional[int] = None
     batch_size: int = 32  # per replica
+    global_batch_size: Optional[int] = None  # instead of batch_size: split over the replicas
     learning_rate: Optional[float] = None  # for a global batch of base_batch_size
     base_batch_size: Optional[int] = None  # lr scales linearly: lr * global_batch / base_batch_size
     weight_decay: Optional[float] = None
@@ -42,6 +43,7 @@ class TrainConfig:
     decay: str = "cosine"
     clip_norm: Optional[float] = None
     label_smoothing: float = 0.0
+    randaugment: Optional[float] = None  # RandAugment strength in (0, 1] (2 ops per image); None = off
     mixup: float = 0.0  # Beta(alpha, alpha) mixing of image pairs; 0 = off
     cutmix: float = 0.0
     augment: str = "inception"  # "inception": random resized crop; "translate": pad by 1/8 and crop
@@ -62,6 +64,10 @@ class TrainConfig:
                 raise ValueError(f"unknown {name} {getattr(self, name)!r}; choose from {', '.join(choices)}.")
         if self.batch_size < 1 or (self.epochs is not None and self.epochs < 1):
             raise ValueError("batch_size and epochs must be positive.")
+        if self.global_batch_size is not None and self.global_batch_size < 1:
+            raise ValueError("global_batch_size must be positive.")
+        if self.randaugment is not None and not 0.0 < self.randaugment <= 1.0:
+            raise ValueError(f"randaugment must be in (0, 1]; got {self.randaugment}.")
         if not 0.0 < self.validation_fraction < 1.0:
             raise ValueError(f"validation_fraction must be in (0, 1); got {self.validation_fraction}.")
         if not (0.0 < self.crop_scale[0] <= self.crop_scale[1] <= 1.0):

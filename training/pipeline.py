@@ -25,9 +25,16 @@ def train_pipeline(source_ds, num_examples, config, image_size, num_classes, glo
             image = inception_crop(image, image_size, config.crop_scale, seed)
         if config.flip:
             image = tf.image.stateless_random_flip_left_right(image, seed + 1)
+        image = tf.ensure_shape(image, [image_size[0], image_size[1], 3])
         return image, tf.one_hot(label, num_classes)
 
     ds = ds.map(augment, num_parallel_calls=AUTOTUNE, deterministic=True)
+    if config.randaugment:
+        import keras
+
+        rand_augment = keras.layers.RandAugment(value_range=(0, 255), num_ops=2, factor=config.randaugment,
+                                                seed=config.seed)  # fmt: skip
+        ds = ds.map(lambda x, y: (rand_augment(x, training=True), y), num_parallel_calls=AUTOTUNE)
     ds = ds.batch(global_batch, drop_remainder=True)
     if config.mixup > 0 or config.cutmix > 0:
         mix_seeds = tf.data.Dataset.random(seed=config.seed + 1).batch(2)

@@ -34,7 +34,7 @@ def fit(config, overwrite=False, verbose="auto"):
     run_dir = _prepare_run_dir(c, overwrite)
     placement = make_placement(c)  # first: multi-worker collectives must be set up before any op
     keras.utils.set_random_seed(c.seed)
-    global_batch = c.batch_size * placement.replicas
+    global_batch = _global_batch(c, placement.replicas)
     source = datasets.load(c)
     steps_per_epoch = source.num_train // global_batch
     if steps_per_epoch < 1:
@@ -122,6 +122,15 @@ def load_run_model(run_dir):
         if (Path(run_dir) / name).is_file():
             return keras.saving.load_model(Path(run_dir) / name, safe_mode=True)
     raise FileNotFoundError(f"{run_dir} has no best.keras or last.keras (has training finished an epoch?).")
+
+
+def _global_batch(c, replicas):
+    if c.global_batch_size is None:
+        return c.batch_size * replicas
+    if c.global_batch_size % replicas:
+        raise ValueError(f"the global batch {c.global_batch_size} is not divisible by the {replicas} replicas; "
+                         f"use a multiple of {replicas}.")  # fmt: skip
+    return c.global_batch_size
 
 
 def _build_model(c, num_classes):
