@@ -151,21 +151,29 @@ class ViTConfig:
 
     def replace(self, **changes):
         """A copy with some fields changed (validated again)."""
-        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
-        if unknown:
-            raise ValueError(f"unknown ViTConfig field(s): {sorted(unknown)}")
+        check_fields(type(self), changes, "ViTConfig field")
         return dataclasses.replace(self, **changes)
 
     def to_dict(self):
         """JSON-friendly dict (tuples become lists) accepted by `from_dict`."""
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+        return to_plain_dict(self)
 
     @classmethod
     def from_dict(cls, values):
-        unknown = set(values) - {f.name for f in dataclasses.fields(cls)}
-        if unknown:
-            raise ValueError(f"unknown ViTConfig field(s): {sorted(unknown)}")
+        check_fields(cls, values, "ViTConfig field")
         return cls(**values)
+
+
+def to_plain_dict(instance):
+    """A dataclass as a YAML/JSON-friendly dict: tuples become lists."""
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(instance).items()}
+
+
+def check_fields(cls, values, what):
+    """Raises a ValueError naming any key of `values` that is not a field of dataclass `cls`."""
+    unknown = set(values) - {f.name for f in dataclasses.fields(cls)}
+    if unknown:
+        raise ValueError(f"unknown {what}(s): {', '.join(sorted(unknown))}.")
 
 
 def _nearest_divisor(n, target):

@@ -4,6 +4,8 @@ import dataclasses
 from pathlib import Path
 from typing import Optional
 
+from keras_vit.config import check_fields, to_plain_dict
+
 RECIPES = ("pretrain", "finetune")
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
@@ -99,13 +101,11 @@ class TrainConfig:
         return c
 
     def to_dict(self):
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+        return to_plain_dict(self)
 
     @classmethod
     def from_dict(cls, values):
-        unknown = set(values) - {f.name for f in dataclasses.fields(cls)}
-        if unknown:
-            raise ValueError(f"unknown training option(s): {', '.join(sorted(unknown))}.")
+        check_fields(cls, values, "training option")
         return cls(**values)
 
     @classmethod

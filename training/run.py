@@ -3,6 +3,7 @@
 import json
 import logging
 import os
+import shutil
 from pathlib import Path
 
 import keras
@@ -160,13 +161,8 @@ def _prepare_run_dir(c, overwrite):
         for name in ("best.keras", "last.keras", "log.csv", EVAL_FILE):
             if (run_dir / name).exists():
                 os.unlink(run_dir / name)
-        _remove_tree(run_dir / "backup")
+        shutil.rmtree(run_dir / "backup", ignore_errors=True)
     run_dir.mkdir(parents=True, exist_ok=True)
     stored.write_text(text)
     return run_dir
 
-
-def _remove_tree(path):
-    import shutil
-
-    shutil.rmtree(path, ignore_errors=True)
