@@ -192,7 +192,13 @@ def test_killed_run_resumes_and_finishes(tmp_path):
     assert resumed.returncode == 0, output[-2000:]
     rows = [line.split(",")[0] for line in log.read_text().splitlines()[1:]]
     assert sorted(set(rows), key=int) == [str(e) for e in range(6)]  # every epoch, none lost
-    assert json.loads((run_dir / "eval.json").read_text())["top1"] > 0.5
+    resumed_top1 = json.loads((run_dir / "eval.json").read_text())["top1"]
+    # the same command, never interrupted: the resumed run ends within noise of it
+    straight = _run_cli(["train", "--run-dir", str(tmp_path / "straight"), "--epochs", "6", "--seed", "1"])
+    output, _ = straight.communicate(timeout=600)
+    assert straight.returncode == 0, output[-2000:]
+    straight_top1 = json.loads((tmp_path / "straight" / "eval.json").read_text())["top1"]
+    assert abs(resumed_top1 - straight_top1) <= 0.05, (resumed_top1, straight_top1)
 
 
 def test_mirrored_on_two_logical_cpus_keeps_replicas_identical(tmp_path):
@@ -275,3 +281,23 @@ def test_global_batch_must_divide_by_replicas_and_randaugment_runs(tmp_path):
     assert images.shape == (8, 16, 16, 3) and np.isfinite(images.numpy()).all()
     with pytest.raises(ValueError, match=r"randaugment must be in \(0, 1\]"):
         TrainConfig(randaugment=2.0)
+
+
+def test_nan_epoch_never_replaces_the_last_good_checkpoint(tmp_path):
+    import keras
+
+    import keras_vit
+    from keras_vit.training.callbacks import AtomicCheckpoint
+
+    model = keras_vit.ViT(keras_vit.ViTConfig(**SMALL_MODEL, num_classes=3))
+    callback = AtomicCheckpoint(tmp_path)
+    callback.set_model(model)
+    callback.on_epoch_end(0, {"loss": 0.9, "val_accuracy": 0.5})
+    good = {name: (tmp_path / name).read_bytes() for name in ("best.keras", "last.keras")}
+    model.get_layer("head").kernel.assign(np.full((32, 3), np.nan, "float32"))
+    callback.on_epoch_end(1, {"loss": float("nan"), "val_accuracy": 0.9})
+    for name, data in good.items():
+        assert (tmp_path / name).read_bytes() == data, name
+    restored = keras.saving.load_model(tmp_path / "best.keras")
+    assert np.isfinite(keras.ops.convert_to_numpy(restored.get_layer("head").kernel)).all()
+    assert not list(tmp_path.glob(".*tmp*"))  # no half-written files left
