@@ -301,3 +301,12 @@ def test_nan_epoch_never_replaces_the_last_good_checkpoint(tmp_path):
     restored = keras.saving.load_model(tmp_path / "best.keras")
     assert np.isfinite(keras.ops.convert_to_numpy(restored.get_layer("head").kernel)).all()
     assert not list(tmp_path.glob(".*tmp*"))  # no half-written files left
+
+
+def test_dataset_defaults_fill_only_unset_options():
+    digits = TrainConfig().resolved()
+    assert (digits.flip, digits.augment, digits.label_smoothing, digits.epochs) == (False, "translate", 0.1, 40)
+    mine = TrainConfig(flip=True, augment="inception", label_smoothing=0.0, epochs=3).resolved()
+    assert (mine.flip, mine.augment, mine.label_smoothing, mine.epochs) == (True, "inception", 0.0, 3)
+    other = TrainConfig(dataset="tfds:cifar10").resolved()
+    assert (other.flip, other.augment, other.label_smoothing) == (True, "inception", 0.0)

@@ -44,13 +44,13 @@ class TrainConfig:
     warmup_fraction: float = 0.1
     decay: str = "cosine"
     clip_norm: Optional[float] = None
-    label_smoothing: float = 0.0
+    label_smoothing: Optional[float] = None  # default 0 (0.1 for digits)
     randaugment: Optional[float] = None  # RandAugment strength in (0, 1] (2 ops per image); None = off
     mixup: float = 0.0  # Beta(alpha, alpha) mixing of image pairs; 0 = off
     cutmix: float = 0.0
-    augment: str = "inception"  # "inception": random resized crop; "translate": pad by 1/8 and crop
+    augment: Optional[str] = None  # "inception" (random resized crop; default) or "translate" (digits)
     crop_scale: tuple = (0.08, 1.0)  # area range of the Inception-style crop
-    flip: bool = True
+    flip: Optional[bool] = None  # horizontal flips; default on (off for digits)
     strategy: str = "auto"
     tpu: Optional[str] = None
     precision: str = "float32"
@@ -61,7 +61,7 @@ class TrainConfig:
     def __post_init__(self):
         self.crop_scale = tuple(float(v) for v in self.crop_scale)
         for name, choices in (("recipe", RECIPES), ("strategy", STRATEGIES), ("precision", PRECISIONS),
-                              ("decay", DECAYS), ("augment", AUGMENTS)):  # fmt: skip
+                              ("decay", DECAYS), ("augment", AUGMENTS + (None,))):  # fmt: skip
             if getattr(self, name) not in choices:
                 raise ValueError(f"unknown {name} {getattr(self, name)!r}; choose from {', '.join(choices)}.")
         if self.batch_size < 1 or (self.epochs is not None and self.epochs < 1):
@@ -84,10 +84,10 @@ class TrainConfig:
         c = dataclasses.replace(self, model=dict(self.model))
         if c.is_digits:
             c.model = {**DIGITS_MODEL, **c.model} if c.preset is None else c.model
-            c.flip = False  # a mirrored digit is another symbol
-            c.augment = "translate"  # a crop of an 8x8 digit loses strokes; shifts do not
-            defaults = dict(epochs=40, learning_rate=2e-3, base_batch_size=32, weight_decay=0.05)
-            c.label_smoothing = c.label_smoothing or 0.1
+            # No flips (a mirrored digit is another symbol); shifts, since a crop of an 8x8
+            # digit loses strokes.
+            defaults = dict(epochs=40, learning_rate=2e-3, base_batch_size=32, weight_decay=0.05, flip=False,
+                            augment="translate", label_smoothing=0.1)  # fmt: skip
         elif c.recipe == "pretrain":
             # The paper: Adam(0.9, 0.999), weight decay 0.1, lr 1e-3 for batch 4096 (scaled below).
             defaults = dict(epochs=300, learning_rate=1e-3, base_batch_size=4096, weight_decay=0.1)
@@ -95,6 +95,7 @@ class TrainConfig:
             # Fine-tuning: SGD momentum 0.9, batch 512, lr 0.01 for it (scaled below), clip at 1.
             defaults = dict(epochs=10, learning_rate=0.01, base_batch_size=512, weight_decay=0.0)
             c.clip_norm = 1.0 if c.clip_norm is None else c.clip_norm
+        defaults = {"flip": True, "augment": "inception", "label_smoothing": 0.0, **defaults}
         for key, value in defaults.items():
             if getattr(c, key) is None:
                 setattr(c, key, value)
