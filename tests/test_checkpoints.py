@@ -273,3 +273,37 @@ def test_known_name_cache_and_checksum(tmp_path, monkeypatch):
     first.write_bytes(bytes(data))
     with pytest.raises(CheckpointError, match="does not match the checksum of its first download"):
         known.fetch(name)
+
+
+def _timm_state_dict(model):
+    """A keras_vit model's weights under timm's names and PyTorch layouts."""
+    from keras_vit.checkpoints.assign import export
+
+    w, t = export(model), {}
+    t["cls_token"], t["pos_embed"] = w["class_token/token"], w["position_embedding/embedding"]
+    t["patch_embed.proj.weight"] = w["patch_embedding/projection/kernel"].transpose(3, 2, 0, 1)
+    t["patch_embed.proj.bias"] = w["patch_embedding/projection/bias"]
+    for i in range(model.config.num_layers):
+        keras_name, timm_name = f"block_{i}/", f"blocks.{i}."
+        pairs = {"norm1/gamma": "norm1.weight", "norm1/beta": "norm1.bias", "norm2/gamma": "norm2.weight",
+                 "norm2/beta": "norm2.bias", "attention/qkv/bias": "attn.qkv.bias",
+                 "attention/out/bias": "attn.proj.bias", "mlp/fc1/bias": "mlp.fc1.bias", "mlp/fc2/bias": "mlp.fc2.bias"}  # fmt: skip
+        for ours, theirs in pairs.items():
+            t[timm_name + theirs] = w[keras_name + ours]
+        for ours, theirs in {"attention/qkv": "attn.qkv", "attention/out": "attn.proj", "mlp/fc1": "mlp.fc1",
+                             "mlp/fc2": "mlp.fc2"}.items():  # fmt: skip
+            t[f"{timm_name}{theirs}.weight"] = w[f"{keras_name}{ours}/kernel"].T
+    t["norm.weight"], t["norm.bias"] = w["encoder_norm/gamma"], w["encoder_norm/beta"]
+    t["head.weight"], t["head.bias"] = w["head/kernel"].T, w["head/bias"]
+    return {k: np.ascontiguousarray(v) for k, v in t.items()}
+
+
+def test_timm_file_of_any_width_loads_into_a_built_model(tmp_path):
+    """timm files do not store the head count; loading into an existing model must not need it."""
+    source = perturb(keras_vit.ViT(tiny_config()))  # width 64: no paper variant
+    _write_safetensors(tmp_path / "w64.safetensors", _timm_state_dict(source))
+    target = keras_vit.ViT(tiny_config())
+    keras_vit.load_weights(target, tmp_path / "w64.safetensors")
+    np.testing.assert_allclose(_logits(target, images()), _logits(source, images()), atol=1e-6)
+    with pytest.raises(CheckpointError, match="do not store the head count; width 64"):
+        keras_vit.ViT.from_checkpoint(tmp_path / "w64.safetensors")  # inferring the model does need it

@@ -41,22 +41,29 @@ def resolve(source):
     return path
 
 
-def read_checkpoint(source):
+def read_checkpoint(source, infer_config=True):
     """Reads any supported checkpoint -> `(weights, fields, kind)`: weights keyed by keras_vit
-    variable path, the ViTConfig fields it implies, and "official", "timm" or "huggingface"."""
+    variable path, the ViTConfig fields it implies (None unless `infer_config`), and
+    "official", "timm" or "huggingface"."""
     path = resolve(source)
     tensors, hf_config = read_tensors(path)
     if official.is_official(tensors):
         tensors = official.normalise(tensors)
-        return official.to_keras(tensors), _fields(official.config_fields, path, tensors), "official"
-    if timm.is_timm(tensors):
-        return timm.to_keras(tensors), _fields(timm.config_fields, path, tensors), "timm"
-    if huggingface.is_huggingface(tensors):
-        fields = _fields(huggingface.config_fields, path, hf_config, tensors)
-        return huggingface.to_keras(tensors), fields, "huggingface"
-    sample = ", ".join(sorted(tensors)[:5]) or "no tensors"
-    raise CheckpointError(f"{path}: not a ViT checkpoint keras_vit knows (official, big_vision, timm or "
-                          f"Hugging Face); its first tensors: {sample}.")  # fmt: skip
+        kind, reader, args = "official", official.config_fields, (tensors,)
+        weights = official.to_keras(tensors)
+    elif timm.is_timm(tensors):
+        kind, reader, args = "timm", timm.config_fields, (tensors,)
+        weights = timm.to_keras(tensors)
+    elif huggingface.is_huggingface(tensors):
+        kind, reader, args = "huggingface", huggingface.config_fields, (hf_config, tensors)
+        weights = huggingface.to_keras(tensors)
+    else:
+        sample = ", ".join(sorted(tensors)[:5]) or "no tensors"
+        raise CheckpointError(f"{path}: not a ViT checkpoint keras_vit knows (official, big_vision, timm or "
+                              f"Hugging Face); its first tensors: {sample}.")  # fmt: skip
+    # Loading into an existing model needs no architecture (a timm file does not even say its
+    # head count), so the config is read off the tensors only when asked for.
+    return weights, (_fields(reader, path, *args) if infer_config else None), kind
 
 
 def config_fields(source):
@@ -70,7 +77,7 @@ def load_weights(model, source):
     Raises `CheckpointError` (a ValueError) naming the tensor or file on any mismatch; see
     `keras_vit.checkpoints.assign.assign` for the head, pre-logits and resolution policy.
     Returns the list of adaptations made (also logged)."""
-    weights, _, kind = read_checkpoint(source)
+    weights, _, kind = read_checkpoint(source, infer_config=False)
     return assign(model, weights, f"{Path(str(source)).name} ({kind})")
 
 
