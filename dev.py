@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Developer entry point: creates .venv if needed, installs the pinned environment, runs a job.
 
-    python3 dev.py demo    # set up, then the main job: ViT-B/16 summary, then train on digits
+    python3 dev.py demo    # set up, then the main job: train on digits, export SavedModel + int8 LiteRT
     python3 dev.py test    # set up, then the whole test suite under TensorFlow and JAX
     python3 dev.py setup   # only set up
 Extra arguments after `test` go to pytest (e.g. `python3 dev.py test -m slow`).
@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
 PYTHON = BIN / "python"
-INPUTS = ("setup.cfg", "pyproject.toml", "requirements/constraints.txt")
+INPUTS = ("setup.cfg", "pyproject.toml", "requirements/constraints.txt", "requirements/no-deps.txt")
 
 
 def run(*cmd, env=None):
@@ -39,7 +39,9 @@ def setup():
         print(f"creating {VENV}", flush=True)
         venv.EnvBuilder(with_pip=True).create(VENV)
     pip = [PYTHON, "-m", "pip", "install", "--disable-pip-version-check", "-q"]
-    if run(*pip, "-c", "requirements/constraints.txt", "-e", ".[dev]"):
+    if run(*pip, "-c", "requirements/constraints.txt", "-e", ".[dev]") or run(
+        *pip, "--no-deps", "-r", "requirements/no-deps.txt"
+    ):
         sys.exit("dev.py: installing the environment failed (see pip's output above).")
     stamp.write_text(digest)
 
@@ -50,7 +52,7 @@ def backend_env(backend):
 
 def test(pytest_args):
     """The whole suite under TensorFlow, then the backend-agnostic tests under JAX."""
-    base = [PYTHON, "-m", "pytest", "-n", "2", "-p", "no:cacheprovider"]
+    base = [PYTHON, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-p", "no:cacheprovider"]
     marks = pytest_args if any(a.startswith("-m") for a in pytest_args) else ["-m", "not slow", *pytest_args]
     status = run(*base, *marks, env=backend_env("tensorflow"))
     status |= run(*base, *marks, env=backend_env("jax"))
@@ -64,8 +66,9 @@ def main(argv):
     setup()
     if argv[0] == "demo":
         env = backend_env("tensorflow")
-        return run(BIN / "keras-vit", "summary", "vit_b16", env=env) or run(
-            BIN / "keras-vit", "train", "--dataset", "digits", "--run-dir", "runs/digits", *argv[1:], env=env
+        return run(BIN / "keras-vit", "train", "--dataset", "digits", "--run-dir", "runs/digits", *argv[1:], env=env) or run(
+            BIN / "keras-vit", "export", "runs/digits", "--saved-model", "runs/digits/export/serving",
+            "--tflite", "runs/digits/export/tflite", "--quantize", "float32", "int8", "--overwrite", env=env,
         )
     if argv[0] == "test":
         return test(argv[1:])

@@ -2,4 +2,16 @@
 
 Installed as `keras_vit.export` (see `package_dir` in setup.cfg). TensorFlow-only code
 (SavedModel, LiteRT, tensorflow-model-optimization) belongs here.
+
+    source = load_source("runs/digits")          # best checkpoint, labels, data
+    report = export(source, saved_model_dir="export/serving", tflite_dir="export/tflite",
+                    modes=("float32", "int8"))
 """
+
+from keras_vit.export.exporter import export
+from keras_vit.export.litert import MODES, LiteRTModel, check_ops, convert, keras_module
+from keras_vit.export.serving import save_serving_model
+from keras_vit.export.source import ExportError, ExportSource, load_source
+
+__all__ = ["MODES", "ExportError", "ExportSource", "LiteRTModel", "check_ops", "convert", "export", "keras_module",
+           "load_source", "save_serving_model"]  # fmt: skip

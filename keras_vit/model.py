@@ -160,7 +160,7 @@ class _Parts:
             )
             for i in range(c.num_layers)
         ]
-        self.encoder_norm = keras.layers.LayerNormalization(epsilon=c.layer_norm_epsilon, dtype=d, name="encoder_norm")
+        self.encoder_norm = vit_layers.LayerNormalization(epsilon=c.layer_norm_epsilon, dtype=d, name="encoder_norm")
         self.pooling = vit_layers.TokenPooling(c.classifier, c.num_prefix_tokens, dtype=d, name="pooling")
         self.pre_logits = (
             keras.layers.Dense(

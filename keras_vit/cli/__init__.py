@@ -5,6 +5,7 @@ import sys
 
 from keras_vit.cli import (
     convert_command,
+    export_command,
     inspect_command,
     presets_command,
     summary_command,
@@ -12,7 +13,8 @@ from keras_vit.cli import (
     visualize_command,
 )
 
-COMMANDS = (presets_command, summary_command, convert_command, train_command, visualize_command, inspect_command)
+COMMANDS = (presets_command, summary_command, convert_command, train_command, export_command, visualize_command,
+            inspect_command)  # fmt: skip
 
 
 class CommandError(Exception):

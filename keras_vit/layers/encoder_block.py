@@ -4,6 +4,7 @@ import keras
 
 from keras_vit.layers.attention import MultiHeadSelfAttention
 from keras_vit.layers.drop_path import DropPath
+from keras_vit.layers.layer_normalization import LayerNormalization
 from keras_vit.layers.layer_scale import LayerScale
 from keras_vit.layers.mlp import MLP
 
@@ -39,12 +40,12 @@ class EncoderBlock(keras.layers.Layer):
         self.gelu_approximate = bool(gelu_approximate)
         self.qkv_bias = bool(qkv_bias)
         policy = self.dtype_policy
-        self.norm1 = keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon, dtype=policy, name="norm1")
+        self.norm1 = LayerNormalization(epsilon=self.layer_norm_epsilon, dtype=policy, name="norm1")
         self.attention = MultiHeadSelfAttention(
             self.num_heads, self.attention_dropout_rate, self.qkv_bias, dtype=policy, name="attention"
         )
         self.attention_dropout = keras.layers.Dropout(self.dropout_rate, dtype=policy)
-        self.norm2 = keras.layers.LayerNormalization(epsilon=self.layer_norm_epsilon, dtype=policy, name="norm2")
+        self.norm2 = LayerNormalization(epsilon=self.layer_norm_epsilon, dtype=policy, name="norm2")
         self.mlp = MLP(self.mlp_dim, self.dropout_rate, self.gelu_approximate, dtype=policy, name="mlp")
         self.drop_path = DropPath(self.drop_path_rate, dtype=policy)
         if layer_scale_init is None:

@@ -1,0 +1,171 @@
+"""`export`: SavedModel and LiteRT files of one model, each run on held-out images and
+reported; files are staged in a temporary directory and moved into place at the end."""
+
+import logging
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import keras
+import numpy as np
+
+from keras_vit.export import litert, metadata, report, serving
+from keras_vit.export.source import ExportError
+
+logger = logging.getLogger("keras_vit")
+LATENCY_NOTE = "median of 20 batch-1 runs (LiteRT: ai_edge_litert, {threads} threads; SavedModel: TensorFlow)"
+
+
+def export(source, saved_model_dir=None, tflite_dir=None, modes=("float32", "int8"), io_type="float32", name="vit",
+           version=None, overwrite=False, qat_epochs=0, prune=None, cluster=None, finetune_epochs=2,
+           report_dir=None, threads=2):  # fmt: skip
+    """Exports `source` (an `ExportSource`) and returns the report (also written as
+    `export_report.json`/`.md` to `report_dir`, default the TFLite or SavedModel directory).
+
+    `modes`: LiteRT modes (see `litert.MODES`), files `{name}_{mode}.tflite`; `io_type`:
+    input/output type of the int8/int16x8 files. `prune` (sparsity) and `cluster` (number
+    of clusters): fine-tuned `finetune_epochs` through the tfmot bridge, exported as float32
+    and, if "int8" is among `modes`, int8. `qat_epochs`: quantisation-aware fine-tuning,
+    exported as full-integer int8."""
+    modes = tuple(modes)
+    unknown = [m for m in modes if m not in litert.MODES]
+    if unknown:
+        raise ExportError(f"unknown quantisation mode {unknown[0]!r}; choose from {', '.join(litert.MODES)}.")
+    io_types = {"float32"}.union(*litert.IO_TYPES.values())
+    if io_type not in io_types:
+        raise ExportError(f"unknown input/output type {io_type!r}; choose from {', '.join(sorted(io_types))}.")
+    if not saved_model_dir and not tflite_dir:
+        raise ExportError("nothing to export: give a SavedModel directory, a TFLite directory or both.")
+    if (qat_epochs or prune or cluster) and not tflite_dir:
+        raise ExportError("QAT, pruning and clustering produce LiteRT files: give a TFLite directory.")
+    plan = _tflite_plan(name, modes, qat_epochs, prune, cluster) if tflite_dir else []
+    if tflite_dir and not overwrite:
+        taken = [f for f, *_ in plan if (Path(tflite_dir) / f).exists()]
+        if taken:
+            raise ExportError(f"{Path(tflite_dir) / taken[0]} exists; pass --overwrite to replace it.")
+    needs_calibration = any(mode in ("int8", "int16x8") for _, _, mode in plan)
+    if needs_calibration and source.calibration_images is None:
+        raise ExportError("int8/int16x8 need calibration images: export a run directory or pass --dataset.")
+    if (qat_epochs or prune or cluster) and source.train is None:
+        raise ExportError("QAT, pruning and clustering fine-tune: export a run directory or pass --dataset.")
+
+    images, labels, eval_source = _held_out(source)
+    reference = _softmax(source.model.predict(images, batch_size=64, verbose=0))
+    rows = []
+    if tflite_dir:
+        values = {"float": None, "pruned": prune, "clustered": cluster, "qat": qat_epochs}
+        rows += _export_tflite(source, plan, values, Path(tflite_dir), name, io_type, images, labels, reference,
+                               threads, finetune_epochs)  # fmt: skip
+    if saved_model_dir:
+        target = serving.save_serving_model(source, saved_model_dir, name=name, version=version, overwrite=overwrite)
+        rows.insert(0, _measure_saved_model(target, images, labels, reference))
+    result = {
+        "model": name,
+        "num_eval": int(len(images)),
+        "eval_source": eval_source,
+        "reference": "float Keras model",
+        "latency_note": LATENCY_NOTE.format(threads=threads),
+        "artifacts": rows,
+    }
+    result["table"] = report.write(result, report_dir or tflite_dir or saved_model_dir)
+    return result
+
+
+def _tflite_plan(name, modes, qat_epochs, prune, cluster):
+    """(file name, model variant, mode) of every LiteRT file, in export order."""
+    plan = [(f"{name}_{mode}.tflite", "float", mode) for mode in modes]
+    tail = ("float32", "int8") if "int8" in modes else ("float32",)
+    if prune:
+        plan += [(f"{name}_pruned{round(100 * prune)}_{mode}.tflite", "pruned", mode) for mode in tail]
+    if cluster:
+        plan += [(f"{name}_clustered{cluster}_{mode}.tflite", "clustered", mode) for mode in tail]
+    if qat_epochs:
+        plan.append((f"{name}_qat_int8.tflite", "qat", "int8"))
+    return plan
+
+
+def _export_tflite(source, plan, values, directory, name, io_type, images, labels, reference, threads, epochs):
+    from keras_vit.export import tfmot_bridge
+
+    directory.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".export.", dir=directory))
+    modules, rows, extra = {}, [], {}
+    try:
+        progress = keras.utils.Progbar(len(plan), unit_name="file")
+        for i, (file_name, variant, mode) in enumerate(plan):
+            if variant not in modules:
+                modules[variant], extra[variant] = _variant(variant, values[variant], source, tfmot_bridge, epochs)
+            io = io_type if mode in litert.IO_TYPES and io_type in litert.IO_TYPES[mode] else "float32"
+            data = litert.convert(modules[variant], mode, source.calibration_images, io)
+            if variant == "qat":
+                data = litert.fold_requantize(data)
+            ops = litert.check_ops(data, mode)
+            data = metadata.with_metadata(data, name, f"ViT image classifier ({variant}, {mode})", source.labels,
+                                          source.model.config.image_size)  # fmt: skip
+            file = staging / file_name
+            file.write_bytes(data)
+            runner = litert.LiteRTModel(data, num_threads=threads)
+            rows.append(report.measure(file.name, "tflite", directory / file.name, data, runner.predict(images),
+                                       reference, labels, runner.latency_ms(images[0]), mode=mode, io_type=io,
+                                       variant=variant, ops=ops, **extra[variant]))  # fmt: skip
+            progress.update(i + 1, finalize=False)
+        progress.update(len(plan), finalize=True)
+        for _, row in zip(plan, rows):
+            os.replace(staging / row["artifact"], directory / row["artifact"])
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return rows
+
+
+def _variant(variant, value, source, bridge, epochs):
+    """The LiteRT source module of a model variant and what the report says about it."""
+    model = source.model
+    if variant == "float":
+        return litert.keras_module(model), {}
+    if variant == "qat":
+        trained = bridge.quantization_aware(model, source, value)
+        module = litert.ClassifierModule(lambda x: trained(x, training=False), trained.variables,
+                                         model.config.image_size)  # fmt: skip
+        return module, {"qat_epochs": value}
+    if variant == "pruned":
+        pruned = bridge.prune(model, source, value, epochs)
+        kernels = [np.asarray(w) for w in pruned.weights if w.path.endswith("kernel")]
+        zeros = sum(int((k == 0).sum()) for k in kernels) / sum(k.size for k in kernels)
+        return litert.keras_module(pruned), {"target_sparsity": value, "kernel_sparsity": round(zeros, 4)}
+    clustered = bridge.cluster(model, source, value, epochs)
+    distinct = max(len(np.unique(np.asarray(w))) for w in clustered.weights if w.path.endswith("kernel"))
+    return litert.keras_module(clustered), {"clusters": value, "max_distinct_kernel_values": distinct}
+
+
+def _held_out(source):
+    if source.eval_images is not None:
+        return source.eval_images, source.eval_labels, "held-out split"
+    if source.calibration_images is not None:
+        return source.calibration_images, None, "calibration sample (no labels)"
+    raise ExportError("no images to check the exports on: export a run directory or pass --dataset.")
+
+
+def _measure_saved_model(target, images, labels, reference):
+    import tensorflow as tf
+
+    signature = tf.saved_model.load(str(target)).signatures[serving.IMAGES_SIGNATURE]
+    probabilities = np.concatenate([signature(images=tf.constant(images[i : i + 64]))["probabilities"].numpy()
+                                    for i in range(0, len(images), 64)])  # fmt: skip
+    one = tf.constant(images[:1])
+    for _ in range(3):
+        signature(images=one)
+    times = []
+    for _ in range(20):
+        start = time.perf_counter()
+        signature(images=one)
+        times.append(time.perf_counter() - start)
+    return report.measure(f"{target.parent.name}/{target.name} (SavedModel)", "saved_model", target, None,
+                          probabilities, reference, labels, 1000 * float(np.median(times)))  # fmt: skip
+
+
+def _softmax(logits):
+    logits = np.asarray(logits, np.float64)
+    e = np.exp(logits - logits.max(-1, keepdims=True))
+    return (e / e.sum(-1, keepdims=True)).astype(np.float32)

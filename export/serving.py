@@ -1,0 +1,139 @@
+"""SavedModel for TF Serving: `DIR/<name>/<version>/` with two signatures, the label names
+as an asset, a warm-up file and a `models.config` snippet."""
+
+import logging
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+
+from keras_vit.export.source import ExportError
+
+logger = logging.getLogger("keras_vit")
+WARMUP_FILE = "assets.extra/tf_serving_warmup_requests"
+IMAGES_SIGNATURE, BYTES_SIGNATURE = "serving_default", "serve_image_bytes"
+
+
+class ServingModule(tf.Module):
+    """The serving graph: float pixels or encoded JPEG/PNG bytes in, class probabilities
+    and the top-k scores, class indices and label names out."""
+
+    def __init__(self, model, labels_file, crop=1.0, top_k=5):
+        super().__init__()
+        from keras_vit.training import pipeline
+
+        self._model = model
+        # Keras 3 variables are not tracked by tf.Module; list their tf.Variables so the
+        # SavedModel (and the converter reading it) holds the weights.
+        self._weights = [v.value for v in model.variables]
+        self._labels_file = tf.saved_model.Asset(str(labels_file))
+        initializer = tf.lookup.TextFileInitializer(
+            self._labels_file, tf.int64, tf.lookup.TextFileIndex.LINE_NUMBER,
+            tf.string, tf.lookup.TextFileIndex.WHOLE_LINE)  # fmt: skip
+        self._labels = tf.lookup.StaticHashTable(initializer, default_value="")
+        self._size = tuple(model.config.image_size)
+        self._top_k = min(top_k, model.config.num_classes)
+        self._crop, self._centre_crop = crop, pipeline.centre_crop
+
+        height, width = self._size
+        self.serve_images = tf.function(
+            self._serve_images, input_signature=[tf.TensorSpec((None, height, width, 3), tf.float32, "images")])
+        self.serve_image_bytes = tf.function(
+            self._serve_image_bytes, input_signature=[tf.TensorSpec((None,), tf.string, "image_bytes")])
+
+    def probabilities(self, images):
+        return tf.nn.softmax(tf.cast(self._model(images, training=False), tf.float32), axis=-1)
+
+    def _outputs(self, images):
+        probabilities = self.probabilities(images)
+        scores, classes = tf.math.top_k(probabilities, k=self._top_k)
+        return {
+            "probabilities": probabilities,
+            "top_k_scores": scores,
+            "top_k_classes": classes,
+            "top_k_labels": self._labels.lookup(tf.cast(classes, tf.int64)),
+        }
+
+    def _serve_images(self, images):
+        return self._outputs(images)
+
+    def _serve_image_bytes(self, image_bytes):
+        def decode(data):
+            image = tf.io.decode_image(data, channels=3, expand_animations=False)
+            return self._centre_crop(image, self._size, self._crop)
+
+        spec = tf.TensorSpec(self._size + (3,), tf.float32)
+        return self._outputs(tf.map_fn(decode, image_bytes, fn_output_signature=spec))
+
+
+def save_serving_model(source, directory, name="vit", version=None, overwrite=False, top_k=5, warmup=True):
+    """Writes `directory/<name>/<version>/` (version: the next free number unless
+    given; an existing version is replaced only with `overwrite`) and
+    `directory/models.config`. Returns the version directory."""
+    base = Path(directory) / name
+    existing = sorted(int(p.name) for p in base.glob("*") if p.name.isdigit()) if base.is_dir() else []
+    version = (existing[-1] + 1 if existing else 1) if version is None else int(version)
+    if version < 1:
+        raise ExportError(f"the SavedModel version must be a positive integer; got {version}.")
+    target = base / str(version)
+    if target.exists() and not overwrite:
+        raise ExportError(f"{target} exists; TF Serving versions are never overwritten (pass --overwrite or "
+                          "another --version).")  # fmt: skip
+    base.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{version}.", dir=base))
+    try:
+        with tempfile.TemporaryDirectory() as scratch:
+            labels_file = Path(scratch) / "labels.txt"
+            labels_file.write_text("\n".join(source.labels) + "\n")
+            module = ServingModule(source.model, labels_file, crop=source.crop, top_k=top_k)
+            signatures = {IMAGES_SIGNATURE: module.serve_images, BYTES_SIGNATURE: module.serve_image_bytes}
+            tf.saved_model.save(module, str(staging), signatures=signatures)
+        if warmup:
+            write_warmup_requests(staging / WARMUP_FILE, name, source.model.config.image_size)
+        _replace(staging, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    (Path(directory) / "models.config").write_text(models_config(directory, name))
+    logger.info("SavedModel for TF Serving: %s", target)
+    return target
+
+
+def models_config(directory, name):
+    """A TF Serving `--model_config_file` for every model folder in `directory`, with the
+    paths of the `tensorflow/serving` container's default mount `/models`."""
+    names = sorted({name} | {p.name for p in Path(directory).iterdir() if p.is_dir() and not p.name.startswith(".")})
+    entries = "".join(f'  config {{\n    name: "{n}"\n    base_path: "/models/{n}"\n    model_platform: "tensorflow"\n  }}\n'
+                      for n in names)  # fmt: skip
+    return "model_config_list {\n" + entries + "}\n"
+
+
+def write_warmup_requests(path, model_name, image_size):
+    """TF Serving's warm-up file: one PredictionLog per signature (a grey image), replayed by
+    the server when it loads the version so the first real request is not slow."""
+    from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
+
+    grey = np.full((1,) + tuple(image_size) + (3,), 128, np.uint8)
+    png = tf.io.encode_png(grey[0]).numpy()
+    inputs = {IMAGES_SIGNATURE: ("images", grey.astype(np.float32)), BYTES_SIGNATURE: ("image_bytes", np.array([png]))}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for signature, (key, value) in inputs.items():
+            request = predict_pb2.PredictRequest(
+                model_spec=model_pb2.ModelSpec(name=model_name, signature_name=signature))
+            request.inputs[key].CopyFrom(tf.make_tensor_proto(value))
+            log = prediction_log_pb2.PredictionLog(predict_log=prediction_log_pb2.PredictLog(request=request))
+            writer.write(log.SerializeToString())
+
+
+def _replace(staging, target):
+    """Moves the finished export into place; an old version (overwrite) goes only after."""
+    if not target.exists():
+        staging.rename(target)
+        return
+    old = target.with_name(f".{target.name}.old")
+    shutil.rmtree(old, ignore_errors=True)
+    target.rename(old)
+    staging.rename(target)
+    shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,251 @@
+"""keras_vit.export on a ViT trained here on real digits: every artifact run and checked."""
+
+import base64
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import keras
+import numpy as np
+import pytest
+
+pytestmark = [pytest.mark.tensorflow_only, pytest.mark.xdist_group("export")]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    from keras_vit.training import TrainConfig, fit
+
+    run_dir = tmp_path_factory.mktemp("digits_run")
+    fit(TrainConfig(dataset="digits", run_dir=str(run_dir), epochs=20), verbose=0)
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def source(run_dir):
+    from keras_vit.export import load_source
+
+    return load_source(run_dir)
+
+
+@pytest.fixture(scope="module")
+def exported(source, tmp_path_factory):
+    from keras_vit.export import export
+
+    out = tmp_path_factory.mktemp("export")
+    report = export(source, out / "serving", out / "tflite", modes=("float32", "float16", "dynamic", "int8", "int16x8"),
+                    qat_epochs=2, prune=0.5, cluster=16, finetune_epochs=2)  # fmt: skip
+    return out, {row["artifact"]: row for row in report["artifacts"]}, report
+
+
+def keras_probabilities(model, images):
+    return np.asarray(keras.ops.softmax(model.predict(images, verbose=0), axis=-1))
+
+
+def test_report_meets_the_accuracy_size_and_agreement_bars(source, exported):
+    out, rows, report = exported
+    keras_top1 = np.mean(keras_probabilities(source.model, source.eval_images).argmax(-1) == source.eval_labels)
+    assert keras_top1 > 0.8 and report["num_eval"] == len(source.eval_images) == 359
+    for mode in ("float32", "float16", "dynamic"):
+        assert rows[f"vit_{mode}.tflite"]["agreement"] >= 0.995, mode
+    for name in ("vit_int8.tflite", "vit_qat_int8.tflite", "vit_int16x8.tflite"):
+        assert rows[name]["agreement"] >= 0.98, name
+        assert rows[name]["top1"] >= keras_top1 - 0.01, name
+    assert rows["vit_qat_int8.tflite"]["top1"] >= rows["vit_int8.tflite"]["top1"]
+    assert rows["vit_int8.tflite"]["size_kb"] <= 0.30 * rows["vit_float32.tflite"]["size_kb"]
+    assert abs(rows["vit_pruned50_float32.tflite"]["kernel_sparsity"] - 0.5) < 0.02
+    assert rows["vit_pruned50_float32.tflite"]["gzip_kb"] < 0.75 * rows["vit_float32.tflite"]["gzip_kb"]
+    assert rows["vit_clustered16_float32.tflite"]["max_distinct_kernel_values"] <= 16
+    saved = next(row for row in rows.values() if row["kind"] == "saved_model")
+    assert saved["agreement"] == 1.0 and saved["max_prob_diff"] < 1e-5
+    assert all(row["latency_ms"] > 0 for row in rows.values())
+    written = json.loads((out / "tflite" / "export_report.json").read_text())
+    assert [r["artifact"] for r in written["artifacts"]] == list(rows)
+    table = (out / "tflite" / "export_report.md").read_text()
+    assert all(f"| {name} |" in table for name in rows)
+    assert sorted(p.name for p in (out / "tflite").iterdir()) == sorted(
+        [n for n in rows if n.endswith(".tflite")] + ["export_report.json", "export_report.md"])
+
+
+def test_every_tflite_file_has_builtin_ops_only_and_int8_has_no_float_compute(exported):
+    from keras_vit.export import check_ops, litert
+
+    out, rows, _ = exported
+    for name, row in rows.items():
+        if row["kind"] != "tflite":
+            continue
+        data = (out / "tflite" / name).read_bytes()
+        ops = check_ops(data, row["mode"])
+        assert "GELU" in ops and "FULLY_CONNECTED" in ops, name
+        if row["mode"] == "int8":
+            inner = [(op, types) for op, types, at_input, at_output in litert.operators(data)
+                     if not (op == "QUANTIZE" and at_input) and not (op == "DEQUANTIZE" and at_output)]  # fmt: skip
+            assert all(t in ("int8", "int32") for _, types in inner for t in types), name
+
+
+def test_the_op_check_catches_flex_ops_and_keras_layer_norm_float_compute():
+    import tensorflow as tf
+
+    from keras_vit.export import ExportError, check_ops, litert
+
+    flex = litert.ClassifierModule(lambda x: tf.linalg.svd(tf.reshape(x, (1, 16, 48)), compute_uv=False)[:, :10],
+                                   [], (16, 16))  # fmt: skip
+    with pytest.raises(Exception):  # builtins only: the converter refuses SVD
+        litert.convert(flex, "float32")
+    # Keras's own LayerNormalization leaves a float NEG in the int8 graph (why keras_vit has its own).
+    layer = keras.layers.LayerNormalization()
+    dense = keras.layers.Dense(10)
+    module = litert.ClassifierModule(lambda x: dense(layer(tf.reshape(x, (1, 16, 48)))[:, 0]), [], (16, 16))
+    dense.build((None, 48)), layer.build((None, 16, 48))
+    module._weights = [v.value for v in dense.variables + layer.variables]
+    calibration = np.random.default_rng(0).uniform(0, 255, (8, 16, 16, 3)).astype(np.float32)
+    with pytest.raises(ExportError, match="float in NEG"):
+        check_ops(litert.convert(module, "int8", calibration), "int8")
+
+
+def test_tflite_metadata_labels_and_mediapipe_image_classifier_agree_with_litert(source, exported):
+    import mediapipe as mp
+    from mediapipe.tasks import python as mp_tasks
+    from mediapipe.tasks.python import vision
+
+    from keras_vit.export import LiteRTModel
+    from keras_vit.export.metadata import read_labels
+
+    out, _, _ = exported
+    for name in ("vit_int8.tflite", "vit_float32.tflite"):
+        data = (out / "tflite" / name).read_bytes()
+        assert read_labels(data) == source.labels
+        photos = np.round(source.eval_images[:40]).astype(np.uint8)
+        ours = LiteRTModel(data).predict(photos)
+        options = vision.ImageClassifierOptions(base_options=mp_tasks.BaseOptions(model_asset_buffer=data), max_results=1)
+        with vision.ImageClassifier.create_from_options(options) as classifier:
+            results = [classifier.classify(mp.Image(image_format=mp.ImageFormat.SRGB, data=np.ascontiguousarray(p)))
+                       for p in photos]  # fmt: skip
+        for result, probabilities in zip(results, ours):
+            top = result.classifications[0].categories[0]
+            assert top.index == probabilities.argmax() and top.category_name == source.labels[top.index]
+            assert abs(top.score - probabilities.max()) < 1e-3
+
+
+def test_saved_model_serves_both_signatures_in_a_fresh_process_without_keras_vit(source, exported):
+    out, _, _ = exported
+    version_dir = out / "serving" / "vit" / "1"
+    photos = np.round(source.eval_images[:16]).astype(np.uint8)
+    expected = keras_probabilities(source.model, photos.astype(np.float32))
+    import tensorflow as tf
+
+    body = {"signature_name": "serve_image_bytes",
+            "instances": [{"b64": base64.b64encode(tf.io.encode_png(p).numpy()).decode()} for p in photos]}  # fmt: skip
+    np.save(out / "photos.npy", photos)
+    (out / "body.json").write_text(json.dumps(body))
+    script = textwrap.dedent(f"""
+        import json, base64, sys
+        import numpy as np, tensorflow as tf
+        loaded = tf.saved_model.load({str(version_dir)!r})
+        photos = np.load({str(out / "photos.npy")!r}).astype(np.float32)
+        pixels = loaded.signatures["serving_default"](images=tf.constant(photos))
+        # What TF Serving's REST API does with the body: one {{"b64": ...}} per instance
+        # becomes one string of the signature's single input.
+        body = json.loads(open({str(out / "body.json")!r}).read())
+        signature = loaded.signatures[body["signature_name"]]
+        (key,) = signature.structured_input_signature[1]
+        batch = tf.constant([base64.b64decode(i["b64"]) for i in body["instances"]])
+        outputs = signature(**{{key: batch}})
+        predictions = [{{k: v[i].numpy().tolist() if v.dtype != tf.string else [s.decode() for s in v[i].numpy()]
+                        for k, v in outputs.items()}} for i in range(len(body["instances"]))]
+        print(json.dumps({{"keras_vit_imported": "keras_vit" in sys.modules,
+                          "pixels": pixels["probabilities"].numpy().tolist(), "predictions": predictions}}))
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    answer = json.loads(result.stdout.strip().splitlines()[-1])
+    assert answer["keras_vit_imported"] is False
+    np.testing.assert_allclose(answer["pixels"], expected, atol=1e-5)
+    served = np.array([p["probabilities"] for p in answer["predictions"]])
+    np.testing.assert_allclose(served, expected, atol=1e-4)  # PNG is lossless; decode + resize at model size
+    for prediction, probabilities in zip(answer["predictions"], expected):
+        assert prediction["top_k_classes"][0] == probabilities.argmax()
+        assert prediction["top_k_labels"][0] == source.labels[probabilities.argmax()]
+        assert len(prediction["top_k_scores"]) == 5
+
+    shown = subprocess.run([str(Path(sys.executable).parent / "saved_model_cli"), "show", "--dir", str(version_dir),
+                            "--all"], capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    for text in ("signature_def['serving_default']", "signature_def['serve_image_bytes']", "top_k_labels",
+                 "image_bytes", "(-1, 16, 16, 3)"):  # fmt: skip
+        assert text in shown.stdout, text
+
+
+def test_serving_layout_versions_warmup_and_models_config(source, exported, tmp_path):
+    import tensorflow as tf
+    from tensorflow_serving.apis import prediction_log_pb2
+
+    from keras_vit.export import ExportError, save_serving_model
+
+    out, _, _ = exported
+    base = out / "serving"
+    assert "vit/1" in str(base / "vit" / "1") and (base / "vit" / "1" / "assets" / "labels.txt").is_file()
+    config = (base / "models.config").read_text()
+    assert 'name: "vit"' in config and 'base_path: "/models/vit"' in config
+    records = [prediction_log_pb2.PredictionLog.FromString(r.numpy()) for r in
+               tf.data.TFRecordDataset(str(base / "vit" / "1" / "assets.extra" / "tf_serving_warmup_requests"))]  # fmt: skip
+    assert {r.predict_log.request.model_spec.signature_name for r in records} == {"serving_default", "serve_image_bytes"}
+
+    target = tmp_path / "serving"
+    assert save_serving_model(source, target).name == "1"
+    assert save_serving_model(source, target).name == "2"
+    with pytest.raises(ExportError, match="never overwritten"):
+        save_serving_model(source, target, version=1)
+    assert save_serving_model(source, target, version=1, overwrite=True).name == "1"
+    assert sorted(p.name for p in (target / "vit").iterdir()) == ["1", "2"]  # no staging left behind
+
+
+def test_bad_input_gives_one_line_and_leaves_nothing_half_written(source, run_dir, tmp_path, capsys, monkeypatch):
+    from keras_vit.cli import main
+    from keras_vit.export import ExportError, ExportSource, export, litert
+
+    def fails(args):
+        assert main(["export", *args]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        return err[-1]
+
+    assert "choose from float32, float16, dynamic, int8, int16x8" in fails([str(run_dir), "--tflite", str(tmp_path),
+                                                                             "--quantize", "int4"])  # fmt: skip
+    assert "no such model file" in fails([str(tmp_path / "missing.keras"), "--tflite", str(tmp_path)])
+    (tmp_path / "corrupt.keras").write_bytes(b"not a zip")
+    assert "not a readable .keras model" in fails([str(tmp_path / "corrupt.keras"), "--tflite", str(tmp_path / "t")])
+    assert "nothing to export" in fails([str(run_dir)])
+
+    with pytest.raises(ExportError, match=r"must be \(N, 16, 16, 3\)"):
+        ExportSource(source.model, source.labels, calibration_images=np.zeros((4, 32, 32, 3)))
+    with pytest.raises(ExportError, match="empty"):
+        ExportSource(source.model, source.labels, calibration_images=np.zeros((0, 16, 16, 3)))
+    with pytest.raises(ExportError, match="calibration images"):
+        export(ExportSource(source.model, source.labels, eval_images=source.eval_images,
+                            eval_labels=source.eval_labels), tflite_dir=tmp_path / "nocal", modes=("int8",))  # fmt: skip
+
+    # A failure after the float32 file was converted: nothing is left in the export directory.
+    check = litert.check_ops
+    monkeypatch.setattr(litert, "check_ops", lambda data, mode: check(data, mode) if mode != "int8" else
+                        (_ for _ in ()).throw(ExportError("simulated")))  # fmt: skip
+    with pytest.raises(ExportError, match="simulated"):
+        export(source, tflite_dir=tmp_path / "half", modes=("float32", "int8"))
+    assert list((tmp_path / "half").iterdir()) == []
+
+
+def test_cli_export_of_a_keras_file_with_uint8_io(source, run_dir, tmp_path, capsys):
+    from keras_vit.cli import main
+    from keras_vit.export import LiteRTModel
+
+    assert main(["export", str(run_dir / "best.keras"), "--dataset", "digits", "--labels", str(run_dir / "labels.txt"),
+                 "--tflite", str(tmp_path), "--quantize", "int8", "--io-type", "uint8", "--name", "digits"]) == 0  # fmt: skip
+    assert "| digits_int8.tflite |" in capsys.readouterr().out
+    runner = LiteRTModel((tmp_path / "digits_int8.tflite").read_bytes())
+    assert runner.input["dtype"] == np.uint8 and runner.output["dtype"] == np.uint8
+    report = json.loads((tmp_path / "export_report.json").read_text())
+    assert report["artifacts"][0]["io_type"] == "uint8" and report["artifacts"][0]["agreement"] >= 0.98
+    assert main(["export", str(run_dir / "best.keras"), "--dataset", "digits", "--tflite", str(tmp_path),
+                 "--quantize", "int8", "--name", "digits"]) == 2  # fmt: skip
+    assert "exists; pass --overwrite" in capsys.readouterr().err
