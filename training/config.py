@@ -86,7 +86,7 @@ class TrainConfig:
             c.model = {**DIGITS_MODEL, **c.model} if c.preset is None else c.model
             # No flips (a mirrored digit is another symbol); shifts, since a crop of an 8x8
             # digit loses strokes.
-            defaults = dict(epochs=40, learning_rate=2e-3, base_batch_size=32, weight_decay=0.05, flip=False,
+            defaults = dict(epochs=40, learning_rate=1e-3, base_batch_size=32, weight_decay=0.05, flip=False,
                             augment="translate", label_smoothing=0.1)  # fmt: skip
         elif c.recipe == "pretrain":
             # The paper: Adam(0.9, 0.999), weight decay 0.1, lr 1e-3 for batch 4096 (scaled below).

@@ -4,6 +4,7 @@ import argparse
 import sys
 
 from keras_vit.cli import (
+    benchmark_command,
     convert_command,
     export_command,
     inspect_command,
@@ -14,7 +15,7 @@ from keras_vit.cli import (
 )
 
 COMMANDS = (presets_command, summary_command, convert_command, train_command, export_command, visualize_command,
-            inspect_command)  # fmt: skip
+            inspect_command, benchmark_command)  # fmt: skip
 
 
 class CommandError(Exception):

@@ -1,0 +1,99 @@
+"""Inference throughput: keras_vit and keras-hub through Keras (`predict_on_batch`), timm
+through torch (eager, and `torch.compile` with freezing); float32 and bfloat16."""
+
+import numpy as np
+
+from keras_vit.benchmark import models
+from keras_vit.benchmark.timing import median_rate, seconds
+
+
+def keras_rate(model, images, repeats, jit_compile=True):
+    """(images/s, seconds of the first call, predictions) of a Keras model."""
+    model.compile(jit_compile=jit_compile)
+    first, predictions = seconds(lambda: model.predict_on_batch(images))
+    rate, _ = median_rate(lambda: model.predict_on_batch(images), len(images), repeats)
+    return rate, first, np.asarray(predictions, dtype="float32")
+
+
+def copy_weights(source, target):
+    """Gives `target` (same architecture, another dtype policy) `source`'s weights."""
+    target.set_weights(source.get_weights())
+    return target
+
+
+def timm_rate(module, images, repeats, mode):
+    """(images/s, seconds of the first call, predictions) of a timm module. `mode`:
+    "eager", "compile" (torch.compile after freezing: inference graph, constants folded),
+    "eager_bf16" or "compile_bf16" (CPU autocast to bfloat16)."""
+    import torch
+
+    batch = torch.from_numpy(np.ascontiguousarray(images.transpose(0, 3, 1, 2) / 255.0, dtype="float32"))
+    module = module.eval()
+    forward = module
+    if mode.startswith("compile"):
+        import torch._inductor.config as inductor
+
+        inductor.freezing = True
+        forward = torch.compile(module)
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=mode.endswith("bf16"))
+
+    def step():
+        with torch.inference_mode(), autocast:
+            return forward(batch)
+
+    first, predictions = seconds(step)
+    rate, _ = median_rate(step, len(images), repeats)
+    return rate, first, predictions.float().numpy()
+
+
+def agreement(a, b):
+    """Share of rows whose top-1 class is the same."""
+    return float(np.mean(np.argmax(a, -1) == np.argmax(b, -1)))
+
+
+def run_case(case, against, repeats, log):
+    """Throughput of every implementation on one inference case; a list of result rows."""
+    config = models.config_for(case["model"])
+    batch = case["batch"]
+    rng = np.random.default_rng(0)
+    images = rng.uniform(0, 255, (batch,) + tuple(config.image_size) + (3,)).astype("float32")
+    flops = models.forward_flops(config) * batch
+    rows, source, reference = [], None, None
+    for implementation in ("keras_vit",) + tuple(a for a in against if a != "timm"):
+        ours = implementation == "keras_vit"
+        build = models.build_keras_vit if ours else models.build_keras_hub
+        for dtype in case["dtypes"]:
+            for compiler in case.get("compilers", ("xla",)):
+                model = build(config, dtype=dtype)
+                # keras_vit: the same weights in every mode (a random head too), so agreement means something
+                if ours and source is None:
+                    source = _random_head(model)
+                elif ours:
+                    copy_weights(source, model)
+                rate, first, predictions = keras_rate(model, images, repeats, jit_compile=compiler == "xla")
+                row = dict(case=case["name"], implementation=implementation, mode=dtype, compiler=compiler,
+                           images_per_s=rate, first_call_s=first, gflops_per_s=flops * rate / batch / 1e9)  # fmt: skip
+                if ours and dtype == "float32" and reference is None:
+                    reference = predictions
+                elif ours and dtype != "float32" and reference is not None:
+                    row["agreement_with_float32"] = agreement(predictions, reference)
+                rows.append(row)
+                log(row)
+    if "timm" in against:
+        module = models.build_timm(config)
+        for mode in case["timm_modes"]:
+            rate, first, _ = timm_rate(module, images, repeats, mode)
+            row = dict(case=case["name"], implementation="timm", mode=mode, images_per_s=rate, first_call_s=first,
+                       gflops_per_s=flops * rate / batch / 1e9)  # fmt: skip
+            rows.append(row)
+            log(row)
+    return rows
+
+
+def _random_head(model):
+    """The head starts at zero (the paper's init), which makes every class tie; give it
+    random weights so top-1 agreement between precisions is a real comparison."""
+    head = model.get_layer("head")
+    kernel = np.random.default_rng(1).normal(0, 0.02, head.kernel.shape)
+    head.kernel.assign(kernel.astype(head.kernel.dtype))
+    return model

@@ -1,0 +1,118 @@
+"""The machine a benchmark ran on: CPU, threads, library versions, measured FP32 FMA peak."""
+
+import ctypes
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import time
+from importlib import metadata
+from pathlib import Path
+
+# Twelve independent FMA chains per thread keep both FMA pipes busy despite the 4-cycle
+# latency; the result is summed and returned so the compiler cannot drop the loop.
+_FMA_SOURCE = r"""
+#include <immintrin.h>
+#include <omp.h>
+#define CHAINS 12
+double fma_flops(long iterations, int threads) {
+    float total = 0.0f;
+    #pragma omp parallel num_threads(threads) reduction(+:total)
+    {
+        VEC acc[CHAINS];
+        VEC m = SET1(0.999999f), c = SET1(1e-7f);
+        for (int j = 0; j < CHAINS; j++) acc[j] = SET1((float)j);
+        for (long i = 0; i < iterations; i++)
+            for (int j = 0; j < CHAINS; j++) acc[j] = FMA(acc[j], m, c);
+        float lanes[LANES];
+        for (int j = 0; j < CHAINS; j++) { STORE(lanes, acc[j]); total += lanes[0]; }
+    }
+    return (double)total;
+}
+"""
+_ISAS = {
+    "avx512f": dict(VEC="__m512", SET1="_mm512_set1_ps", FMA="_mm512_fmadd_ps", STORE="_mm512_storeu_ps", LANES=16,
+                    flags=["-mavx512f"]),  # fmt: skip
+    "avx2": dict(VEC="__m256", SET1="_mm256_set1_ps", FMA="_mm256_fmadd_ps", STORE="_mm256_storeu_ps", LANES=8,
+                 flags=["-mavx2", "-mfma"]),  # fmt: skip
+}
+
+
+def cpu_flags():
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def cpu_name():
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def fma_peak_gflops(threads, seconds=0.5):
+    """Measured FP32 FMA throughput of `threads` cores in GFLOP/s (an FMA counts 2 FLOPs),
+    from a small C kernel compiled with the system's C compiler; None when there is none
+    or the CPU has neither AVX-512 nor AVX2."""
+    isa = next((name for name in _ISAS if name in cpu_flags()), None)
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if isa is None or compiler is None:
+        return None
+    spec = _ISAS[isa]
+    with tempfile.TemporaryDirectory() as folder:
+        source, library = Path(folder, "fma.c"), Path(folder, "fma.so")
+        defines = "".join(f"#define {k} {v}\n" for k, v in spec.items() if k != "flags")
+        source.write_text(defines + _FMA_SOURCE)
+        build = [compiler, "-O3", "-funroll-loops", "-shared", "-fPIC", "-fopenmp", *spec["flags"], str(source), "-o", str(library)]
+        if subprocess.run(build, capture_output=True).returncode:
+            return None
+        kernel = ctypes.CDLL(str(library)).fma_flops
+        kernel.argtypes, kernel.restype = [ctypes.c_long, ctypes.c_int], ctypes.c_double
+        flops_per_iteration = 12 * spec["LANES"] * 2 * threads
+        iterations = 1_000_000
+        while True:  # grow until one call lasts `seconds`, then keep the best of three
+            start = time.perf_counter()
+            kernel(iterations, threads)
+            elapsed = time.perf_counter() - start
+            if elapsed >= seconds:
+                break
+            iterations = int(iterations * min(10.0, 1.2 * seconds / max(elapsed, 1e-6)))
+        best = elapsed
+        for _ in range(2):
+            start = time.perf_counter()
+            kernel(iterations, threads)
+            best = min(best, time.perf_counter() - start)
+        return iterations * flops_per_iteration / best / 1e9
+
+
+def versions(*packages):
+    """Installed versions of `packages` (absent ones left out)."""
+    found = {}
+    for name in packages:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return found
+
+
+def describe(threads):
+    """What `docs/benchmarks.md` records about the machine."""
+    flags = cpu_flags()
+    return {
+        "cpu": cpu_name(),
+        "cores_visible": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "threads": threads,
+        "isa": [f for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16") if f in flags],
+        "fp32_fma_peak_gflops": fma_peak_gflops(threads),
+        "python": platform.python_version(),
+    }

@@ -1,0 +1,62 @@
+"""The models compared: keras_vit, keras-hub's ViT and timm's VisionTransformer, each built
+from the same `ViTConfig` with random weights, and their forward FLOPs."""
+
+from keras_vit.config import ViTConfig
+
+IMPLEMENTATIONS = ("keras_vit", "keras-hub", "timm")
+
+
+def config_for(model):
+    """The `ViTConfig` of a case's model: a preset name, or a dict of config fields."""
+    from keras_vit import presets
+
+    if isinstance(model, str):
+        return presets.get_config(model)
+    return ViTConfig.from_dict(dict(model))
+
+
+def forward_flops(config):
+    """FLOPs (2 per multiply-add) of one image's forward pass: patch projection, the
+    blocks' matmuls (q/k/v/out, attention scores and mixing, MLP) and the head."""
+    rows, cols = (i // p for i, p in zip(config.image_size, config.patch_size))
+    patches = rows * cols
+    tokens = patches + 1
+    d, m = config.hidden_size, config.mlp_dim
+    patch = patches * config.patch_size[0] * config.patch_size[1] * config.channels * d
+    block = tokens * (4 * d * d + 2 * d * m) + 2 * tokens * tokens * d
+    return 2 * (patch + config.num_layers * block + d * max(config.num_classes, 0))
+
+
+def build_keras_vit(config, dtype="float32"):
+    import keras_vit
+
+    return keras_vit.ViT(config, dtype=dtype)
+
+
+def build_keras_hub(config, dtype="float32"):
+    """keras-hub's ViTImageClassifier of the same architecture (pip install keras-hub)."""
+    try:
+        import keras_hub
+    except ImportError:
+        raise ValueError("--against keras-hub needs keras-hub: pip install --no-deps keras-hub==0.32.0") from None
+    backbone = keras_hub.models.ViTBackbone(
+        image_shape=tuple(config.image_size) + (config.channels,), patch_size=tuple(config.patch_size),
+        num_layers=config.num_layers, num_heads=config.num_heads, hidden_dim=config.hidden_size,
+        mlp_dim=config.mlp_dim, layer_norm_epsilon=config.layer_norm_epsilon, dtype=dtype,
+    )  # fmt: skip
+    return keras_hub.models.ViTImageClassifier(backbone, num_classes=config.num_classes, dtype=dtype)
+
+
+def build_timm(config):
+    """timm's VisionTransformer of the same architecture (a torch module, float32)."""
+    try:
+        from timm.models.vision_transformer import VisionTransformer
+    except ImportError:
+        raise ValueError("--against timm needs timm and torch: pip install timm torch") from None
+    except RuntimeError as error:  # e.g. a CUDA torchvision wheel next to a CPU torch
+        raise ValueError(f"timm failed to import ({error}): install the torchvision built for your torch") from None
+    return VisionTransformer(
+        img_size=tuple(config.image_size), patch_size=tuple(config.patch_size), in_chans=config.channels,
+        num_classes=config.num_classes, embed_dim=config.hidden_size, depth=config.num_layers,
+        num_heads=config.num_heads, mlp_ratio=config.mlp_dim / config.hidden_size,
+    )  # fmt: skip

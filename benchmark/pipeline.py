@@ -1,0 +1,50 @@
+"""Input pipeline throughput: JPEG files decoded, cropped, flipped and batched by the
+training application's tf.data pipeline, without a model."""
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from keras_vit.benchmark.timing import median_rate
+
+
+def write_jpeg_folder(folder, count, size=(375, 500), classes=4, seed=0):
+    """`count` JPEG photos of ImageNet's typical size (smooth colour fields plus noise, so
+    they compress like photos) in `classes` class folders."""
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    rows, cols = np.mgrid[0 : size[0], 0 : size[1]]
+    for i in range(count):
+        base = np.stack([np.sin(rows / rng.uniform(20, 80) + rng.uniform(0, 6)) * 80 + 128,
+                         np.cos(cols / rng.uniform(20, 80)) * 80 + 128,
+                         (rows + cols) / (size[0] + size[1]) * 255], axis=-1)  # fmt: skip
+        image = np.clip(base + rng.normal(0, 12, base.shape), 0, 255).astype("uint8")
+        target = Path(folder, f"class_{i % classes}")
+        target.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(image).save(target / f"{i:05d}.jpg", quality=90)
+
+
+def run_case(case, against, repeats, log):
+    """Images/s of the training pipeline (inception crop + flip at the case's image size)."""
+    from keras_vit.training import datasets, pipeline
+    from keras_vit.training.config import TrainConfig
+
+    batch, size = case["batch"], tuple(case["image_size"])
+    with tempfile.TemporaryDirectory() as folder:
+        write_jpeg_folder(folder, case["files"])
+        source = datasets.folder(folder, validation_fraction=0.1)
+        config = TrainConfig(dataset=folder).resolved()
+        ds = pipeline.train_pipeline(source.train, source.num_train, config, size, len(source.class_names), batch)
+        batches = iter(ds)
+        steps = case["batches_per_repeat"]
+
+        def repeat():
+            for _ in range(steps):
+                next(batches)
+
+        rate, _ = median_rate(repeat, batch * steps, repeats, warmup=1)
+    row = dict(case=case["name"], implementation="keras_vit", mode="tf.data", images_per_s=rate)
+    log(row)
+    return [row]

@@ -1,0 +1,39 @@
+"""Markdown tables of a benchmark result (what docs/benchmarks.md shows)."""
+
+_COLUMNS = {
+    "inference": (("images/s", "images_per_s", "{:.2f}"), ("GFLOP/s", "gflops_per_s", "{:.0f}"),
+                  ("first call s", "first_call_s", "{:.1f}"), ("top-1 agreement", "agreement_with_float32", "{:.3f}")),
+    "training": (("images/s", "images_per_s", "{:.2f}"), ("GFLOP/s", "gflops_per_s", "{:.0f}"),
+                 ("first step s", "first_step_s", "{:.1f}")),
+    "litert": (("latency ms", "latency_ms", "{:.1f}"), ("size kB", "size_kb", "{:.0f}")),
+    "pipeline": (("images/s", "images_per_s", "{:.0f}"),),
+}  # fmt: skip
+
+
+def markdown(result):
+    """The result as Markdown: machine and versions, one table per kind, then the targets."""
+    info = result["machine"]
+    peak = info.get("fp32_fma_peak_gflops")
+    lines = [
+        f"Suite `{result['suite']}`, Keras backend `{result['backend']}`, {result['date']}, "
+        f"median of {result['repeats']} timed repeats after warm-up.",
+        "",
+        f"Machine: {info['cpu']}, {info['threads']} threads pinned ({info['cores_visible']} cores visible), "
+        f"{', '.join(info['isa'])}; measured FP32 FMA peak "
+        + (f"{peak:.0f} GFLOP/s." if peak else "not measured (no C compiler)."),
+        "",
+        "Versions: " + ", ".join(f"{k} {v}" for k, v in result["versions"].items()) + ".",
+    ]
+    for kind, rows in result["results"].items():
+        columns = _COLUMNS[kind]
+        lines += ["", f"### {kind}", "", "| case | implementation | mode | " + " | ".join(c[0] for c in columns) + " |",
+                  "|---|---|---|" + "---:|" * len(columns)]  # fmt: skip
+        for row in rows:
+            cells = [fmt.format(row[key]) if row.get(key) is not None else "" for _, key, fmt in columns]
+            mode = f"{row['mode']}, {row['compiler']}" if row.get("compiler") else row["mode"]
+            lines.append(f"| {row['case']} | {row['implementation']} | {mode} | " + " | ".join(cells) + " |")
+    if result.get("targets"):
+        lines += ["", "### targets", "", "| target | value | bar | met |", "|---|---:|---:|---|"]
+        for t in result["targets"]:
+            lines.append(f"| {t['target']} | {t['value']:.3f} | {t['bar']} | {'yes' if t['met'] else 'NO'} |")
+    return "\n".join(lines) + "\n"

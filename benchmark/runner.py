@@ -1,0 +1,44 @@
+"""`run_suite`: every case of a suite in one process, with the machine, versions, targets."""
+
+import datetime
+import importlib
+import json
+from pathlib import Path
+
+from keras_vit.benchmark import machine, suite
+
+COMPETITORS = ("keras-hub", "timm")
+PACKAGES = ("keras", "tensorflow-cpu", "tensorflow", "jax", "keras-hub", "torch", "timm", "ai-edge-litert")
+
+
+def run_suite(name="quick", against=COMPETITORS, kinds=suite.KINDS, repeats=5, threads=2, out=None, log=print):
+    """Runs suite `name` ("quick" or "full") on the current Keras backend; returns the result
+    dict (and writes it as JSON to `out`). Call `timing.pin_threads(threads)` before Keras is
+    imported for the thread count to hold."""
+    import keras
+
+    if name not in suite.SUITES:
+        raise ValueError(f"unknown suite {name!r}; choose from {', '.join(suite.SUITES)}.")
+    unknown = [a for a in against if a not in COMPETITORS]
+    if unknown:
+        raise ValueError(f"unknown implementation {unknown[0]!r} in --against; choose from {', '.join(COMPETITORS)}.")
+    if repeats < 5:
+        raise ValueError(f"repeats must be at least 5 (the median of >= 5 timed runs); got {repeats}.")
+    backend = keras.backend.backend()
+    if backend != "tensorflow":  # LiteRT, tf.data and keras-hub-on-TF need TensorFlow
+        kinds = tuple(k for k in kinds if k in ("inference", "training"))
+        against = tuple(a for a in against if a == "timm")
+    info = machine.describe(threads)
+    result = dict(suite=name, backend=backend, date=datetime.date.today().isoformat(), machine=info,
+                  versions=machine.versions(*PACKAGES), repeats=repeats, results={})  # fmt: skip
+    for kind in kinds:
+        module = importlib.import_module(f"keras_vit.benchmark.{kind}")
+        rows = []
+        for case in suite.SUITES[name][kind]:
+            rows += module.run_case(case, tuple(against), repeats, log)
+        result["results"][kind] = rows
+    result["targets"] = suite.targets(result["results"], name, info["fp32_fma_peak_gflops"])
+    if out is not None:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(json.dumps(result, indent=2) + "\n")
+    return result

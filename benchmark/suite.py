@@ -1,0 +1,92 @@
+"""The benchmark suites (cases per kind) and the targets checked on their results."""
+
+CIFAR_MODEL = dict(image_size=32, patch_size=4, hidden_size=192, num_layers=6, num_heads=3, mlp_dim=768,
+                   num_classes=10)  # fmt: skip
+BOTH = ("float32", "mixed_bfloat16")
+TIMM_MODES = ("eager", "compile", "eager_bf16", "compile_bf16")
+COMPILERS = ("xla", "graph")  # Keras: jit_compile=True (XLA) or False (TensorFlow graph, oneDNN kernels)
+LITERT_MODES = ("float32", "float16", "dynamic", "int8")
+
+SUITES = {
+    # Minutes: small models, every kind of measurement once.
+    "quick": {
+        "inference": [dict(name="Ti/16 inference b8", model="vit_ti16", batch=8, dtypes=BOTH, timm_modes=("eager",))],
+        "training": [dict(name="CIFAR-size training b128", model=CIFAR_MODEL, batch=128, steps_per_repeat=2,
+                          dtypes=("float32",), timm_modes=("eager",))],
+        "litert": [dict(name="CIFAR-size LiteRT b1", model=CIFAR_MODEL, modes=LITERT_MODES)],
+        "pipeline": [dict(name="pipeline 32x32 b128", image_size=(32, 32), batch=128, files=64,
+                          batches_per_repeat=2, trains="CIFAR-size training b128")],
+    },
+    # The issue's figures: about half an hour on 2 cores.
+    "full": {
+        "inference": [dict(name=f"{n} inference b32", model=p, batch=32, dtypes=BOTH, compilers=COMPILERS,
+                           timm_modes=TIMM_MODES)
+                      for n, p in (("S/16", "vit_s16"), ("B/16", "vit_b16"))],
+        "training": [
+            dict(name="Ti/16 training b32", model="vit_ti16", batch=32, steps_per_repeat=2, dtypes=BOTH,
+                 timm_modes=TIMM_MODES),
+            dict(name="CIFAR-size training b128", model=CIFAR_MODEL, batch=128, steps_per_repeat=4, dtypes=BOTH,
+                 timm_modes=TIMM_MODES),
+        ],
+        "litert": [dict(name="S/16 LiteRT b1", model="vit_s16", modes=LITERT_MODES)],
+        "pipeline": [
+            dict(name="pipeline 224 b32", image_size=(224, 224), batch=32, files=256, batches_per_repeat=4,
+                 trains="Ti/16 training b32"),
+            dict(name="pipeline 32x32 b128", image_size=(32, 32), batch=128, files=256, batches_per_repeat=2,
+                 trains="CIFAR-size training b128"),
+        ],
+    },
+}
+KINDS = ("inference", "training", "litert", "pipeline")
+
+
+def _rate(rows, case, implementation, mode=None):
+    """Best images/s of `implementation` on `case` (in `mode`, or its best mode)."""
+    rates = [r["images_per_s"] for r in rows if r["case"] == case and r["implementation"] == implementation
+             and (mode is None or r["mode"] == mode)]  # fmt: skip
+    return max(rates) if rates else None
+
+
+def targets(results, suite, peak_gflops):
+    """The issue's fixed targets, as ratios of this run's figures: a list of
+    {target, value, bar, met}; targets whose figures were not measured are left out."""
+    checks = []
+
+    def check(name, value, bar, at_least=True):
+        if value is not None:
+            checks.append(dict(target=name, value=round(value, 3), bar=bar,
+                               met=bool(value >= bar if at_least else value <= bar)))  # fmt: skip
+
+    def ratio(a, b):
+        return a / b if a is not None and b else None
+
+    inference, training = results.get("inference", []), results.get("training", [])
+    for case in SUITES[suite]["inference"]:
+        name, ours = case["name"], _rate(inference, case["name"], "keras_vit", "float32")
+        check(f"{name}: float32 vs keras-hub float32", ratio(ours, _rate(inference, name, "keras-hub", "float32")), 1.1)
+        check(f"{name}: float32 vs timm's best", ratio(ours, _rate(inference, name, "timm")), 1.1)
+        bf16 = _rate(inference, name, "keras_vit", "mixed_bfloat16")
+        check(f"{name}: mixed_bfloat16 vs keras-hub float32", ratio(bf16, _rate(inference, name, "keras-hub", "float32")), 1.8)
+        agreement = [r.get("agreement_with_float32") for r in inference if r["case"] == name and "agreement_with_float32" in r]
+        if agreement:
+            check(f"{name}: mixed_bfloat16 top-1 agreement with float32", agreement[0], 0.99)
+        if "B/16" in name and peak_gflops:
+            row = [r for r in inference if r["case"] == name and r["implementation"] == "keras_vit" and r["mode"] == "float32"]
+            check(f"{name}: float32 share of the FP32 FMA peak", row[0]["gflops_per_s"] / peak_gflops if row else None, 0.85)
+    for case in SUITES[suite]["training"]:
+        name = case["name"]
+        hub = _rate(training, name, "keras-hub", "float32")
+        check(f"{name}: float32 vs keras-hub float32", ratio(_rate(training, name, "keras_vit", "float32"), hub), 1.1)
+        check(f"{name}: mixed_bfloat16 vs keras-hub float32",
+              ratio(_rate(training, name, "keras_vit", "mixed_bfloat16"), hub), 1.6)  # fmt: skip
+        if "Ti/16" in name:
+            first = [r["first_step_s"] for r in training if r["case"] == name and r["implementation"] == "keras_vit"]
+            check(f"{name}: first step seconds (slowest mode)", max(first) if first else None, 10.0, at_least=False)
+    litert = {r["mode"]: r["latency_ms"] for r in results.get("litert", [])}
+    if "int8" in litert and "float32" in litert:
+        check("LiteRT full-int8 latency / float32 latency", litert["int8"] / litert["float32"], 0.35, at_least=False)
+    for case in SUITES[suite]["pipeline"]:
+        pipe = _rate(results.get("pipeline", []), case["name"], "keras_vit")
+        train = [r["images_per_s"] for r in training if r["case"] == case["trains"] and r["implementation"] == "keras_vit"]
+        check(f"{case['name']}: pipeline / fastest keras_vit training rate", ratio(pipe, max(train) if train else None), 3.0)
+    return checks

@@ -1,0 +1,60 @@
+"""`keras-vit benchmark`: keras_vit against keras-hub and timm, as ratios in one run."""
+
+_SUITES = ("quick", "full")  # keras_vit.benchmark.SUITES (imported lazily)
+_KINDS = ("inference", "training", "litert", "pipeline")
+
+
+def add_parser(subparsers):
+    parser = subparsers.add_parser(
+        "benchmark",
+        help="measure keras_vit side by side with keras-hub and timm (speed ratios and targets)",
+        description="Run a benchmark suite in one process: inference throughput (float32 and mixed_bfloat16), "
+        "model.fit training throughput with AdamW and the first step's time, LiteRT batch-1 latency of the export "
+        "modes, and the training input pipeline's rate. keras-hub runs the same architecture on the same Keras "
+        "backend, timm on torch CPU (eager and torch.compile, float32 and bfloat16). Every figure is the median of "
+        "--repeats timed runs after warm-up, with the threads pinned; the JSON result lists the machine (with its "
+        "measured FP32 FMA peak), versions and the targets met. `quick` takes minutes; `full` (ViT-S/16, B/16, "
+        "Ti/16 and a CIFAR-size model) about half an hour on 2 cores.",
+    )
+    parser.add_argument("--suite", choices=_SUITES, default="quick", help="which cases to run (default: quick)")
+    parser.add_argument("--against", default="keras-hub,timm",
+                        help="comma-separated implementations to compare with: keras-hub, timm, or none")  # fmt: skip
+    parser.add_argument("--kinds", default=",".join(_KINDS), help=f"comma-separated subset of {', '.join(_KINDS)}")
+    parser.add_argument("--repeats", type=int, default=5, help="timed repeats per figure, at least 5 (default 5)")
+    parser.add_argument("--threads", type=int, default=2, help="CPU threads every runtime is pinned to (default 2)")
+    parser.add_argument("--out", required=True, help="result JSON file (a Markdown table is written next to it)")
+    parser.set_defaults(run=run)
+
+
+def run(args):
+    from pathlib import Path
+
+    from keras_vit.cli import CommandError
+
+    against = [] if args.against.strip() in ("", "none") else [a.strip() for a in args.against.split(",")]
+    kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+    unknown = [k for k in kinds if k not in _KINDS]
+    if unknown or not kinds:
+        raise CommandError(f"unknown kind {unknown[0] if unknown else ''!r}; choose from {', '.join(_KINDS)}.")
+    if args.threads < 1:
+        raise CommandError("--threads must be positive.")
+    from keras_vit.benchmark import COMPETITORS, markdown, pin_threads, run_suite
+
+    wrong = [a for a in against if a not in COMPETITORS]
+    if wrong:
+        raise CommandError(f"unknown implementation {wrong[0]!r} in --against; choose from {', '.join(COMPETITORS)}.")
+    if args.repeats < 5:
+        raise CommandError(f"repeats must be at least 5 (the median of >= 5 timed runs); got {args.repeats}.")
+
+    pin_threads(args.threads)
+    result = run_suite(args.suite, against=against, kinds=kinds, repeats=args.repeats, threads=args.threads,
+                       out=args.out, log=_progress)  # fmt: skip
+    table = markdown(result)
+    Path(args.out).with_suffix(".md").write_text(table)
+    print(table)
+    print(f"wrote {args.out}")
+
+
+def _progress(row):
+    figure = (f"{row['images_per_s']:.2f} images/s" if "images_per_s" in row else f"{row['latency_ms']:.1f} ms")
+    print(f"  {row['case']}: {row['implementation']} {row['mode']}: {figure}", flush=True)

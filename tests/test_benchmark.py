@@ -1,0 +1,132 @@
+"""The benchmark suite: FLOP counts, targets from rows, every kind run on a tiny model, CLI."""
+
+import json
+
+import keras
+import pytest
+import torchvision_stub
+
+from keras_vit.benchmark import inference, litert, machine, models, pipeline, report, suite, training
+
+torchvision_stub.install()  # before timm: see torchvision_stub.py
+
+TINY = dict(image_size=32, patch_size=8, hidden_size=64, num_layers=2, num_heads=4, mlp_dim=128, num_classes=10)
+
+
+def test_forward_flops_match_published_counts():
+    # fvcore/timm report 17.6 GMACs for ViT-B/16 at 224 and 4.6 for ViT-S/16 (2 FLOPs per MAC).
+    assert models.forward_flops(models.config_for("vit_b16")) / 2 == pytest.approx(17.56e9, rel=0.01)
+    assert models.forward_flops(models.config_for("vit_s16")) / 2 == pytest.approx(4.61e9, rel=0.01)
+
+
+def test_targets_are_ratios_of_the_rows():
+    def row(case, implementation, mode, rate, **extra):
+        return dict(case=case, implementation=implementation, mode=mode, images_per_s=rate, **extra)
+
+    results = {
+        "inference": [row("S/16 inference b32", "keras_vit", "float32", 20.0, gflops_per_s=184.0),
+                      row("S/16 inference b32", "keras_vit", "mixed_bfloat16", 30.0, agreement_with_float32=0.995),
+                      row("S/16 inference b32", "keras-hub", "float32", 16.0),
+                      row("S/16 inference b32", "timm", "eager", 10.0), row("S/16 inference b32", "timm", "compile", 19.0)],
+        "training": [row("Ti/16 training b32", "keras_vit", "float32", 20.0, first_step_s=12.0),
+                     row("Ti/16 training b32", "keras_vit", "mixed_bfloat16", 28.0, first_step_s=8.0),
+                     row("Ti/16 training b32", "keras-hub", "float32", 17.5)],
+        "litert": [dict(case="S/16 LiteRT b1", mode="float32", latency_ms=50.0), dict(case="S/16 LiteRT b1", mode="int8", latency_ms=15.0)],
+        "pipeline": [row("pipeline 224 b32", "keras_vit", "tf.data", 100.0)],
+    }  # fmt: skip
+    found = {t["target"]: (t["value"], t["met"]) for t in suite.targets(results, "full", peak_gflops=230.0)}
+    assert found["S/16 inference b32: float32 vs keras-hub float32"] == (1.25, True)
+    assert found["S/16 inference b32: float32 vs timm's best"] == (pytest.approx(20 / 19, abs=1e-3), False)
+    assert found["S/16 inference b32: mixed_bfloat16 vs keras-hub float32"] == (1.875, True)
+    assert found["S/16 inference b32: mixed_bfloat16 top-1 agreement with float32"] == (0.995, True)
+    assert found["Ti/16 training b32: mixed_bfloat16 vs keras-hub float32"] == (1.6, True)
+    assert found["Ti/16 training b32: first step seconds (slowest mode)"] == (12.0, False)
+    assert found["LiteRT full-int8 latency / float32 latency"] == (0.3, True)
+    assert found["pipeline 224 b32: pipeline / fastest keras_vit training rate"] == (pytest.approx(100 / 28, abs=1e-3), True)
+    # B/16 and the CIFAR-size model were not measured: their targets are left out, not failed
+    assert not [name for name in found if "B/16" in name or "CIFAR" in name]
+
+
+def test_inference_and_training_rows_on_a_tiny_model():
+    logged = []
+    case = dict(name="tiny", model=TINY, batch=4, dtypes=("float32", "mixed_bfloat16"), timm_modes=("eager",))
+    against = ("keras-hub", "timm") if keras.backend.backend() == "tensorflow" else ("timm",)
+    rows = inference.run_case(case, against, repeats=5, log=logged.append)
+    assert [(r["implementation"], r["mode"]) for r in rows] == (
+        [("keras_vit", "float32"), ("keras_vit", "mixed_bfloat16")]
+        + ([("keras-hub", "float32"), ("keras-hub", "mixed_bfloat16")] if "keras-hub" in against else [])
+        + [("timm", "eager")]
+    )
+    assert logged == rows and all(r["images_per_s"] > 0 and r["gflops_per_s"] > 0 for r in rows)
+    assert 0.9 <= rows[1]["agreement_with_float32"] <= 1.0  # same weights, random head: bf16 mostly agrees
+    case = dict(name="tiny", model=TINY, batch=8, steps_per_repeat=1, dtypes=("float32",), timm_modes=("eager",))
+    rows = training.run_case(case, ("timm",), repeats=5, log=lambda row: None)
+    assert [r["implementation"] for r in rows] == ["keras_vit", "timm"]
+    assert all(r["images_per_s"] > 0 and r["first_step_s"] > 0 for r in rows)
+
+
+@pytest.mark.tensorflow_only
+def test_litert_and_pipeline_rows():
+    rows = litert.run_case(dict(name="tiny", model=TINY, modes=("float32", "int8")), (), 5, lambda row: None)
+    assert [r["mode"] for r in rows] == ["float32", "int8"]
+    assert rows[1]["size_kb"] < 0.5 * rows[0]["size_kb"] and all(r["latency_ms"] > 0 for r in rows)
+    case = dict(name="pipe", image_size=(32, 32), batch=8, files=16, batches_per_repeat=1, trains="tiny")
+    (row,) = pipeline.run_case(case, (), 5, lambda row: None)
+    assert row["images_per_s"] > 0
+
+
+def test_jpeg_folder_is_readable_by_the_training_loader(tmp_path):
+    from PIL import Image
+
+    pipeline.write_jpeg_folder(tmp_path, 6, size=(40, 50), classes=3)
+    files = sorted(tmp_path.rglob("*.jpg"))
+    assert len(files) == 6 and sorted({f.parent.name for f in files}) == ["class_0", "class_1", "class_2"]
+    assert Image.open(files[0]).size == (50, 40)
+
+
+def test_fma_peak_is_measured_when_a_compiler_is_there():
+    peak = machine.fma_peak_gflops(1, seconds=0.1)
+    if peak is None:
+        pytest.skip("no C compiler or no AVX2/AVX-512 here")
+    assert 1.0 < peak < 1000.0  # one core: a few to a few hundred GFLOP/s
+
+
+def test_markdown_lists_rows_and_targets():
+    result = dict(suite="quick", backend="tensorflow", date="2026-11-22", repeats=5,
+                  machine=dict(cpu="X", threads=2, cores_visible=2, isa=["avx2"], fp32_fma_peak_gflops=100.0),
+                  versions={"keras": "3"}, results={"litert": [dict(case="c", implementation="keras_vit",
+                                                                   mode="int8", latency_ms=1.5, size_kb=10.0)]},
+                  targets=[dict(target="t", value=0.5, bar=0.35, met=False)])  # fmt: skip
+    text = report.markdown(result)
+    assert "| c | keras_vit | int8 | 1.5 | 10 |" in text and "| t | 0.500 | 0.35 | NO |" in text
+    assert "FP32 FMA peak 100 GFLOP/s" in text
+
+
+@pytest.mark.tensorflow_only
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--kinds", "inference,speed"], "unknown kind 'speed'"),
+        (["--against", "pytorch"], "unknown implementation 'pytorch'"),
+        (["--repeats", "3"], "repeats must be at least 5"),
+    ],
+)
+def test_benchmark_bad_input(argv, message, tmp_path, capsys):
+    from keras_vit.cli import main
+
+    assert main(["benchmark", "--out", str(tmp_path / "r.json"), *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+    assert not (tmp_path / "r.json").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.tensorflow_only
+def test_quick_suite_end_to_end(tmp_path, capsys):
+    from keras_vit.cli import main
+
+    out = tmp_path / "results.json"
+    assert main(["benchmark", "--suite", "quick", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert set(result["results"]) == set(suite.KINDS) and result["targets"]
+    assert (tmp_path / "results.md").read_text().startswith("Suite `quick`")
