@@ -21,6 +21,7 @@ def keras_training(model, batch, repeats, steps_per_repeat, jit_compile=True):
     y = rng.integers(0, model.outputs[0].shape[-1], batch * steps)
     model.compile(optimizer=keras.optimizers.AdamW(1e-4, weight_decay=0.05),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=jit_compile)  # fmt: skip
+    model.optimizer.build(model.trainable_variables)  # as the training app does: one trace of the first step
     ends = []
     timer = keras.callbacks.LambdaCallback(on_train_batch_end=lambda *_, **__: ends.append(time.perf_counter()))
     start = time.perf_counter()
@@ -70,16 +71,21 @@ def run_case(case, against, repeats, log):
     flops = 3 * models.forward_flops(config)  # forward + backward (2x forward)
     rows = []
 
-    def add(implementation, mode, rate, first):
+    def add(implementation, mode, rate, first, compiler=None):
         row = dict(case=case["name"], implementation=implementation, mode=mode, images_per_s=rate,
                    first_step_s=first, gflops_per_s=flops * rate / 1e9)  # fmt: skip
+        if compiler is not None:
+            row["compiler"] = compiler
         rows.append(row)
         log(row)
 
     for implementation in ("keras_vit",) + tuple(a for a in against if a != "timm"):
         build = models.build_keras_vit if implementation == "keras_vit" else models.build_keras_hub
         for dtype in case["dtypes"]:
-            add(implementation, dtype, *keras_training(build(config, dtype=dtype), batch, repeats, steps))
+            for compiler in case.get("compilers", ("xla",)):
+                model = build(config, dtype=dtype)
+                rate, first = keras_training(model, batch, repeats, steps, jit_compile=compiler == "xla")
+                add(implementation, dtype, rate, first, compiler)
     if "timm" in against:
         for mode in case["timm_modes"]:
             add("timm", mode, *timm_training(models.build_timm(config), config, batch, repeats, steps, mode))

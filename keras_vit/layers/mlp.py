@@ -1,6 +1,7 @@
 """The encoder block's MLP: Dense(mlp_dim) - GELU - Dropout - Dense(D) - Dropout."""
 
 import keras
+from keras import ops
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -23,13 +24,17 @@ class MLP(keras.layers.Layer):
         )
         self.fc1 = keras.layers.Dense(self.mlp_dim, name="fc1", **dense)
         self.fc2 = keras.layers.Dense(input_shape[-1], name="fc2", **dense)
-        self.fc1.build(input_shape)
-        self.fc2.build(tuple(input_shape[:-1]) + (self.mlp_dim,))
+        self.fc1.build((None, input_shape[-1]))
+        self.fc2.build((None, self.mlp_dim))
 
     def call(self, x, training=None):
+        shape = ops.shape(x)
+        # Rank 2: TensorFlow's graph optimizer then fuses MatMul + bias + GELU into one oneDNN
+        # kernel (fc1 of ViT-S/16 at batch 32: 49 ms instead of 66 ms on 2 CPU cores).
+        x = ops.reshape(x, (-1, shape[-1]))
         x = keras.activations.gelu(self.fc1(x), approximate=self.gelu_approximate)
         x = self.dropout(x, training=training)
-        return self.dropout(self.fc2(x), training=training)
+        return ops.reshape(self.dropout(self.fc2(x), training=training), shape)
 
     def compute_output_shape(self, input_shape):
         return input_shape
