@@ -1,5 +1,7 @@
 """Markdown tables of a benchmark result (what docs/benchmarks.md shows)."""
 
+from keras_vit.benchmark.suite import mode_label
+
 _COLUMNS = {
     "inference": (("images/s", "images_per_s", "{:.2f}"), ("GFLOP/s", "gflops_per_s", "{:.0f}"),
                   ("first call s", "first_call_s", "{:.1f}"), ("top-1 agreement", "agreement_with_float32", "{:.3f}")),
@@ -30,7 +32,7 @@ def markdown(result):
                   "|---|---|---|" + "---:|" * len(columns)]  # fmt: skip
         for row in rows:
             cells = [fmt.format(row[key]) if row.get(key) is not None else "" for _, key, fmt in columns]
-            mode = f"{row['mode']}, {row['compiler']}" if row.get("compiler") else row["mode"]
+            mode = mode_label(row)
             lines.append(f"| {row['case']} | {row['implementation']} | {mode} | " + " | ".join(cells) + " |")
     if result.get("targets"):
         lines += ["", "### targets", "", "| target | value | bar | met |", "|---|---:|---:|---|"]

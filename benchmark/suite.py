@@ -40,6 +40,11 @@ SUITES = {
 KINDS = ("inference", "training", "litert", "pipeline")
 
 
+def mode_label(row):
+    """A row's mode with its compiler, e.g. "float32, graph"."""
+    return f"{row['mode']}, {row['compiler']}" if row.get("compiler") else row["mode"]
+
+
 def _rate(rows, case, implementation, mode=None, key="images_per_s"):
     """Best `key` of `implementation` on `case` in `mode` (timm: its float32 modes, not "*_bf16"),
     or in its best mode."""
@@ -76,7 +81,7 @@ def targets(results, suite, peak_gflops):
         check(f"{name}: mixed_bfloat16 vs keras-hub float32", ratio(bf16, _rate(inference, name, "keras-hub", "float32")), 1.8)
         for r in inference:
             if r["case"] == name and "agreement_with_float32" in r:
-                mode = f"{r['mode']}, {r['compiler']}" if r.get("compiler") else r["mode"]
+                mode = mode_label(r)
                 check(f"{name}: {mode} top-1 agreement with float32", r["agreement_with_float32"], 0.99)
         if "B/16" in name and peak_gflops:
             best = _rate(inference, name, "keras_vit", "float32", key="gflops_per_s")
@@ -90,7 +95,7 @@ def targets(results, suite, peak_gflops):
         if "Ti/16" in name:
             for r in training:
                 if r["case"] == name and r["implementation"] == "keras_vit":
-                    mode = f"{r['mode']}, {r['compiler']}" if r.get("compiler") else r["mode"]
+                    mode = mode_label(r)
                     check(f"{name}: first step seconds ({mode})", r["first_step_s"], 10.0, at_least=False)
     litert = {r["mode"]: r["latency_ms"] for r in results.get("litert", [])}
     if "int8" in litert and "float32" in litert:
