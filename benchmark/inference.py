@@ -8,11 +8,17 @@ from keras_vit.benchmark.timing import median_rate, seconds
 
 
 def keras_rate(model, images, repeats, jit_compile=True):
-    """(images/s, seconds of the first call, predictions) of a Keras model."""
+    """(images/s, seconds of the first call, predictions) of a Keras model, compiled here."""
     model.compile(jit_compile=jit_compile)
     first, predictions = seconds(lambda: model.predict_on_batch(images))
     rate, _ = median_rate(lambda: model.predict_on_batch(images), len(images), repeats)
     return rate, first, np.asarray(predictions, dtype="float32")
+
+
+def predict(model, images, batch):
+    """float32 predictions of a compiled Keras model for `images`, `batch` at a time."""
+    chunks = [model.predict_on_batch(images[i : i + batch]) for i in range(0, len(images), batch)]
+    return np.concatenate([np.asarray(c, dtype="float32") for c in chunks])
 
 
 def copy_weights(source, target):
@@ -56,7 +62,10 @@ def run_case(case, against, repeats, log):
     config = models.config_for(case["model"])
     batch = case["batch"]
     rng = np.random.default_rng(0)
-    images = rng.uniform(0, 255, (batch,) + tuple(config.image_size) + (3,)).astype("float32")
+    # top-1 agreement is counted on `agreement_images` images (default: the timed batch)
+    pool = rng.uniform(0, 255, (max(batch, case.get("agreement_images", batch)),) + tuple(config.image_size) + (3,))
+    pool = pool.astype("float32")
+    images = pool[:batch]
     flops = models.forward_flops(config) * batch
     rows, source, reference = [], None, None
     for implementation in ("keras_vit",) + tuple(a for a in against if a != "timm"):
@@ -70,13 +79,14 @@ def run_case(case, against, repeats, log):
                     source = _random_head(model)
                 elif ours:
                     copy_weights(source, model)
-                rate, first, predictions = keras_rate(model, images, repeats, jit_compile=compiler == "xla")
+                rate, first, _ = keras_rate(model, images, repeats, jit_compile=compiler == "xla")
                 row = dict(case=case["name"], implementation=implementation, mode=dtype, compiler=compiler,
                            images_per_s=rate, first_call_s=first, gflops_per_s=flops * rate / batch / 1e9)  # fmt: skip
                 if ours and dtype == "float32" and reference is None:
-                    reference = predictions
+                    reference = predict(model, pool, batch)
                 elif ours and dtype != "float32" and reference is not None:
-                    row["agreement_with_float32"] = agreement(predictions, reference)
+                    row["agreement_with_float32"] = agreement(predict(model, pool, batch), reference)
+                    row["agreement_images"] = len(pool)
                 rows.append(row)
                 log(row)
     if "timm" in against:

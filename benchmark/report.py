@@ -4,7 +4,8 @@ from keras_vit.benchmark.suite import mode_label
 
 _COLUMNS = {
     "inference": (("images/s", "images_per_s", "{:.2f}"), ("GFLOP/s", "gflops_per_s", "{:.0f}"),
-                  ("first call s", "first_call_s", "{:.1f}"), ("top-1 agreement", "agreement_with_float32", "{:.3f}")),
+                  ("first call s", "first_call_s", "{:.1f}"), ("top-1 agreement", "agreement_with_float32", "{:.3f}"),
+                  ("of images", "agreement_images", "{:d}")),
     "training": (("images/s", "images_per_s", "{:.2f}"), ("GFLOP/s", "gflops_per_s", "{:.0f}"),
                  ("first step s", "first_step_s", "{:.1f}")),
     "litert": (("latency ms", "latency_ms", "{:.1f}"), ("size kB", "size_kb", "{:.0f}")),

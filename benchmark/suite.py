@@ -20,7 +20,7 @@ SUITES = {
     # The figures: about half an hour on 2 cores.
     "full": {
         "inference": [dict(name=f"{n} inference b32", model=p, batch=32, dtypes=BOTH, compilers=COMPILERS,
-                           timm_modes=TIMM_MODES)
+                           timm_modes=TIMM_MODES, agreement_images=256)
                       for n, p in (("S/16", "vit_s16"), ("B/16", "vit_b16"))],
         "training": [
             dict(name="Ti/16 training b32", model="vit_ti16", batch=32, steps_per_repeat=2, dtypes=BOTH,

@@ -17,15 +17,24 @@ def keras_training(model, batch, repeats, steps_per_repeat, jit_compile=True):
     steps = warmup + repeats * steps_per_repeat
     config_shape = tuple(model.inputs[0].shape[1:])
     rng = np.random.default_rng(0)
-    x = rng.uniform(0, 255, (batch * steps,) + config_shape).astype("float32")
-    y = rng.integers(0, model.outputs[0].shape[-1], batch * steps)
+    x = rng.uniform(0, 255, (batch,) + config_shape).astype("float32")
+    y = rng.integers(0, model.outputs[0].shape[-1], batch)
+    # One batch repeated: the first step is the trace/compile and one step, without converting
+    # a whole epoch of arrays first. tf.data where TensorFlow is installed (keras-hub's `fit`
+    # takes no generators), a generator on JAX-only machines.
+    try:
+        import tensorflow as tf
+
+        data = tf.data.Dataset.from_tensors((x, y)).repeat(steps)
+    except ImportError:
+        data = ((x, y) for _ in range(steps))
     model.compile(optimizer=keras.optimizers.AdamW(1e-4, weight_decay=0.05),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=jit_compile)  # fmt: skip
     model.optimizer.build(model.trainable_variables)  # as the training app does: one trace of the first step
     ends = []
     timer = keras.callbacks.LambdaCallback(on_train_batch_end=lambda *_, **__: ends.append(time.perf_counter()))
     start = time.perf_counter()
-    model.fit(x, y, batch_size=batch, epochs=1, shuffle=False, verbose=0, callbacks=[timer])
+    model.fit(data, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=[timer])
     first = ends[0] - start
     rates = [batch * steps_per_repeat / (ends[i + steps_per_repeat] - ends[i])
              for i in range(warmup - 1, steps - steps_per_repeat, steps_per_repeat)]  # fmt: skip

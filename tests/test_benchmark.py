@@ -51,7 +51,8 @@ def test_targets_are_ratios_of_the_rows():
 
 def test_inference_and_training_rows_on_a_tiny_model():
     logged = []
-    case = dict(name="tiny", model=TINY, batch=4, dtypes=("float32", "mixed_bfloat16"), timm_modes=("eager",))
+    case = dict(name="tiny", model=TINY, batch=4, dtypes=("float32", "mixed_bfloat16"), timm_modes=("eager",),
+                agreement_images=12)  # fmt: skip
     against = ("keras-hub", "timm") if keras.backend.backend() == "tensorflow" else ("timm",)
     rows = inference.run_case(case, against, repeats=5, log=logged.append)
     assert [(r["implementation"], r["mode"]) for r in rows] == (
@@ -61,6 +62,7 @@ def test_inference_and_training_rows_on_a_tiny_model():
     )
     assert logged == rows and all(r["images_per_s"] > 0 and r["gflops_per_s"] > 0 for r in rows)
     assert 0.9 <= rows[1]["agreement_with_float32"] <= 1.0  # same weights, random head: bf16 mostly agrees
+    assert rows[1]["agreement_images"] == 12 and "agreement_images" not in rows[0]
     case = dict(name="tiny", model=TINY, batch=8, steps_per_repeat=1, dtypes=("float32",), compilers=("xla", "graph"),
                 timm_modes=("eager",))  # fmt: skip
     rows = training.run_case(case, ("timm",), repeats=5, log=lambda row: None)
