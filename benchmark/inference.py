@@ -8,27 +8,15 @@ from keras_vit.benchmark.timing import median_rate, seconds
 
 
 def keras_rate(model, images, repeats, jit_compile=True):
-    """(images/s, seconds of the first call, predictions) of a Keras model, compiled here."""
+    """(images/s, seconds of the first call) of a Keras model, compiled here."""
     model.compile(jit_compile=jit_compile)
-    first, predictions = seconds(lambda: model.predict_on_batch(images))
+    first, _ = seconds(lambda: model.predict_on_batch(images))
     rate, _ = median_rate(lambda: model.predict_on_batch(images), len(images), repeats)
-    return rate, first, np.asarray(predictions, dtype="float32")
-
-
-def predict(model, images, batch):
-    """float32 predictions of a compiled Keras model for `images`, `batch` at a time."""
-    chunks = [model.predict_on_batch(images[i : i + batch]) for i in range(0, len(images), batch)]
-    return np.concatenate([np.asarray(c, dtype="float32") for c in chunks])
-
-
-def copy_weights(source, target):
-    """Gives `target` (same architecture, another dtype policy) `source`'s weights."""
-    target.set_weights(source.get_weights())
-    return target
+    return rate, first
 
 
 def timm_rate(module, images, repeats, mode):
-    """(images/s, seconds of the first call, predictions) of a timm module. `mode`:
+    """(images/s, seconds of the first call) of a timm module. `mode`:
     "eager", "compile" (torch.compile after freezing: inference graph, constants folded),
     "eager_bf16" or "compile_bf16" (CPU autocast to bfloat16)."""
     import torch
@@ -47,9 +35,9 @@ def timm_rate(module, images, repeats, mode):
         with torch.inference_mode(), autocast:
             return forward(batch)
 
-    first, predictions = seconds(step)
+    first, _ = seconds(step)
     rate, _ = median_rate(step, len(images), repeats)
-    return rate, first, predictions.float().numpy()
+    return rate, first
 
 
 def agreement(a, b):
@@ -78,21 +66,21 @@ def run_case(case, against, repeats, log):
                 if ours and source is None:
                     source = _random_head(model)
                 elif ours:
-                    copy_weights(source, model)
-                rate, first, _ = keras_rate(model, images, repeats, jit_compile=compiler == "xla")
+                    model.set_weights(source.get_weights())
+                rate, first = keras_rate(model, images, repeats, jit_compile=compiler == "xla")
                 row = dict(case=case["name"], implementation=implementation, mode=dtype, compiler=compiler,
                            images_per_s=rate, first_call_s=first, gflops_per_s=flops * rate / batch / 1e9)  # fmt: skip
                 if ours and dtype == "float32" and reference is None:
-                    reference = predict(model, pool, batch)
+                    reference = model.predict(pool, batch_size=batch, verbose=0)
                 elif ours and dtype != "float32" and reference is not None:
-                    row["agreement_with_float32"] = agreement(predict(model, pool, batch), reference)
+                    row["agreement_with_float32"] = agreement(model.predict(pool, batch_size=batch, verbose=0), reference)
                     row["agreement_images"] = len(pool)
                 rows.append(row)
                 log(row)
     if "timm" in against:
         module = models.build_timm(config)
         for mode in case["timm_modes"]:
-            rate, first, _ = timm_rate(module, images, repeats, mode)
+            rate, first = timm_rate(module, images, repeats, mode)
             row = dict(case=case["name"], implementation="timm", mode=mode, images_per_s=rate, first_call_s=first,
                        gflops_per_s=flops * rate / batch / 1e9)  # fmt: skip
             rows.append(row)

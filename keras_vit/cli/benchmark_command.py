@@ -1,7 +1,6 @@
 """`keras-vit benchmark`: keras_vit against keras-hub and timm, as ratios in one run."""
 
-_SUITES = ("quick", "full")  # keras_vit.benchmark.SUITES (imported lazily)
-_KINDS = ("inference", "training", "litert", "pipeline")
+from keras_vit.benchmark.suite import KINDS, SUITES
 
 
 def add_parser(subparsers):
@@ -16,10 +15,10 @@ def add_parser(subparsers):
         "measured FP32 FMA peak), versions and the targets met. `quick` takes minutes; `full` (ViT-S/16, B/16, "
         "Ti/16 and a CIFAR-size model) about half an hour on 2 cores.",
     )
-    parser.add_argument("--suite", choices=_SUITES, default="quick", help="which cases to run (default: quick)")
+    parser.add_argument("--suite", choices=tuple(SUITES), default="quick", help="which cases to run (default: quick)")
     parser.add_argument("--against", default="keras-hub,timm",
                         help="comma-separated implementations to compare with: keras-hub, timm, or none")  # fmt: skip
-    parser.add_argument("--kinds", default=",".join(_KINDS), help=f"comma-separated subset of {', '.join(_KINDS)}")
+    parser.add_argument("--kinds", default=",".join(KINDS), help=f"comma-separated subset of {', '.join(KINDS)}")
     parser.add_argument("--repeats", type=int, default=5, help="timed repeats per figure, at least 5 (default 5)")
     parser.add_argument("--threads", type=int, default=2, help="CPU threads every runtime is pinned to (default 2)")
     parser.add_argument("--out", required=True, help="result JSON file (a Markdown table is written next to it)")
@@ -33,20 +32,14 @@ def run(args):
 
     against = [] if args.against.strip() in ("", "none") else [a.strip() for a in args.against.split(",")]
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
-    unknown = [k for k in kinds if k not in _KINDS]
+    unknown = [k for k in kinds if k not in KINDS]
     if unknown or not kinds:
-        raise CommandError(f"unknown kind {unknown[0] if unknown else ''!r}; choose from {', '.join(_KINDS)}.")
+        raise CommandError(f"unknown kind {unknown[0] if unknown else ''!r}; choose from {', '.join(KINDS)}.")
     if args.threads < 1:
         raise CommandError("--threads must be positive.")
-    from keras_vit.benchmark import COMPETITORS, markdown, pin_threads, run_suite
+    from keras_vit.benchmark import markdown, pin_threads, run_suite
 
-    wrong = [a for a in against if a not in COMPETITORS]
-    if wrong:
-        raise CommandError(f"unknown implementation {wrong[0]!r} in --against; choose from {', '.join(COMPETITORS)}.")
-    if args.repeats < 5:
-        raise CommandError(f"repeats must be at least 5 (the median of >= 5 timed runs); got {args.repeats}.")
-
-    pin_threads(args.threads)
+    pin_threads(args.threads)  # run_suite checks --against and --repeats (a ValueError: one line, exit 2)
     result = run_suite(args.suite, against=against, kinds=kinds, repeats=args.repeats, threads=args.threads,
                        out=args.out, log=_progress)  # fmt: skip
     table = markdown(result)
