@@ -6,8 +6,9 @@ from keras_vit.benchmark import models
 
 
 def run_case(case, against, repeats, log, threads=2):
-    """Size and median batch-1 latency of each mode's .tflite file of the case's model
-    (random weights, calibrated on random images for the full-integer modes)."""
+    """Size, median batch-1 latency and the ops XNNPACK left to LiteRT's builtin kernels of
+    each mode's .tflite file of the case's model (random weights, calibrated on random images
+    for the full-integer modes)."""
     from keras_vit.export import litert
 
     config = models.config_for(case["model"])
@@ -21,8 +22,9 @@ def run_case(case, against, repeats, log, threads=2):
         litert.check_ops(model_bytes, mode)
         runner = litert.LiteRTModel(model_bytes, num_threads=threads)
         latency = runner.latency_ms(calibration[0], repeats=max(repeats, 5) * 4)
+        left = runner.undelegated_ops()
         row = dict(case=case["name"], implementation="keras_vit", mode=mode, latency_ms=latency,
-                   size_kb=len(model_bytes) / 1024)  # fmt: skip
+                   size_kb=len(model_bytes) / 1024, undelegated_ops=", ".join(f"{k} x{n}" for k, n in left.items()))  # fmt: skip
         rows.append(row)
         log(row)
     return rows

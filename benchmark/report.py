@@ -8,7 +8,8 @@ _COLUMNS = {
                   ("of images", "agreement_images", "{:d}")),
     "training": (("images/s", "images_per_s", "{:.2f}"), ("GFLOP/s", "gflops_per_s", "{:.0f}"),
                  ("first step s", "first_step_s", "{:.1f}")),
-    "litert": (("latency ms", "latency_ms", "{:.1f}"), ("size kB", "size_kb", "{:.0f}")),
+    "litert": (("latency ms", "latency_ms", "{:.1f}"), ("size kB", "size_kb", "{:.0f}"),
+               ("ops not on XNNPACK", "undelegated_ops", "{}")),
     "pipeline": (("images/s", "images_per_s", "{:.0f}"),),
 }  # fmt: skip
 

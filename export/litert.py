@@ -41,7 +41,8 @@ def convert(module, mode="float32", calibration_images=None, io_type="float32", 
     float32; float16 (weights); dynamic (int8 weights, float activations); int8 (full
     integer, calibrated on `calibration_images`; `io_type` float32, int8 or uint8); int16x8
     (int16 activations, int8 weights; `io_type` float32 or int16). Builtin ops only.
-    Calibrated modes quantise Dense kernels per tensor unless `per_channel_dense`."""
+    Calibrated modes quantise Dense kernels per tensor unless `per_channel_dense`; int8
+    matmul operands are made XNNPACK-ready (`symmetric_matmul_operands`)."""
     if mode not in MODES:
         raise ExportError(f"unknown quantisation mode {mode!r}; choose from {', '.join(MODES)}.")
     allowed_io = IO_TYPES.get(mode, ("float32",))
@@ -69,7 +70,8 @@ def convert(module, mode="float32", calibration_images=None, io_type="float32", 
             # point per output channel (and for the bias), a third of a small ViT's int8 file
             # (digits model: 423 kB -> 358 kB, i.e. 34% -> 29% of float32, top-1 unchanged).
             converter._experimental_disable_per_channel_quantization_for_dense_layers = not per_channel_dense
-        return converter.convert()
+        model_bytes = converter.convert()
+    return symmetric_matmul_operands(model_bytes) if mode == "int8" else model_bytes
 
 
 def fold_requantize(model_bytes):
@@ -96,6 +98,84 @@ def fold_requantize(model_bytes):
                 op.inputs = [int(source.inputs[0])]
                 dropped.append(source)
         graph.operators = [op for op in graph.operators if all(op is not d for d in dropped)]
+    builder = flatbuffers.Builder(len(model_bytes) + 1024)
+    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+    return bytes(builder.Output())
+
+
+# Ops whose int8 output shares its input's scale and zero point (the converter aligns them).
+_SAME_PARAMS = ("RESHAPE", "TRANSPOSE", "UNPACK", "PACK", "SQUEEZE", "EXPAND_DIMS", "STRIDED_SLICE", "SLICE",
+                "GATHER", "SPLIT", "SPLIT_V", "CONCATENATION")  # fmt: skip
+# Ops that requantise their output, so any output scale/zero point is theirs to meet.
+_REQUANTISING = ("FULLY_CONNECTED", "BATCH_MATMUL", "CONV_2D", "DEPTHWISE_CONV_2D", "ADD", "SUB", "MUL")
+
+
+def symmetric_matmul_operands(model_bytes):
+    """Gives the right-hand int8 operand of every BATCH_MATMUL (attention's keys and values) a
+    zero point of 0, widening its scale to cover the calibrated range.
+
+    The XNNPACK delegate takes an int8 BATCH_MATMUL only when that operand is symmetric;
+    otherwise LiteRT runs it on its builtin kernel, single-threaded: ViT-S/16's two attention
+    matmuls then took about 3 ms per block, most of the full-int8 model's latency. The new
+    parameters go to every tensor that shares them through shape-only ops (reshape, transpose,
+    unpack, ...) back to the op that produced them; other int8 tensors are untouched."""
+    import flatbuffers
+    from tensorflow.lite.python import schema_py_generated as schema
+
+    names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
+    model = schema.ModelT.InitFromPackedBuf(bytearray(model_bytes), 0)
+    kinds = [names[max(code.builtinCode, code.deprecatedBuiltinCode)] for code in model.operatorCodes]
+    changed = False
+    for graph in model.subgraphs:
+        tensors = graph.tensors
+
+        def params(t):
+            q = tensors[t].quantization if t >= 0 else None
+            if q is None or tensors[t].type != schema.TensorType.INT8 or q.scale is None or len(q.scale) != 1:
+                return None
+            return float(q.scale[0]), int(q.zeroPoint[0])
+
+        parent = list(range(len(tensors)))
+
+        def root(t):
+            while parent[t] != t:
+                parent[t] = parent[parent[t]]
+                t = parent[t]
+            return t
+
+        producer = {}  # tensor -> kind of the op that sets its parameters ("linked": shares them)
+        for op in graph.operators:
+            kind = kinds[op.opcodeIndex]
+            if op.inputs is None or len(op.inputs) == 0:
+                continue
+            data = list(op.inputs) if kind in ("PACK", "CONCATENATION") else [op.inputs[1 if kind == "SPLIT" else 0]]
+            linked = [int(t) for t in data + list(op.outputs)]
+            shared = kind in _SAME_PARAMS and params(linked[0]) is not None
+            shared = shared and all(params(t) == params(linked[0]) for t in linked)
+            for t in op.outputs:
+                producer[int(t)] = "linked" if shared else kind
+            for t in linked[1:] if shared else ():
+                parent[root(t)] = root(linked[0])
+        members = {}
+        for t in range(len(tensors)):
+            members.setdefault(root(t), []).append(t)
+        boundary = {int(t) for t in list(graph.inputs) + list(graph.outputs)}
+        for op in graph.operators:
+            if kinds[op.opcodeIndex] != "BATCH_MATMUL" or len(op.inputs) < 2:
+                continue
+            group = members[root(int(op.inputs[1]))]
+            current = params(group[0])
+            sources = {producer.get(t) for t in group} - {"linked"}
+            # Constants and graph inputs have no producer (None), so `sources` rules them out.
+            if current is None or current[1] == 0 or boundary & set(group) or not sources <= set(_REQUANTISING):
+                continue
+            scale, zero = current
+            symmetric = max((128 + zero) * scale, (127 - zero) * scale) / 127.0
+            for t in group:
+                tensors[t].quantization.scale, tensors[t].quantization.zeroPoint = [symmetric], [0]
+            changed = True
+    if not changed:
+        return model_bytes
     builder = flatbuffers.Builder(len(model_bytes) + 1024)
     builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
     return bytes(builder.Output())
@@ -173,6 +253,24 @@ class LiteRTModel:
             scale, zero = self.output["quantization"]
             y = (y.astype(np.float32) - zero) * scale
         return y
+
+    def undelegated_ops(self):
+        """`{op name: count}` of the model's ops that the XNNPACK delegate (LiteRT's default on
+        CPU) left to LiteRT's builtin kernels, which run single-threaded between its partitions."""
+        # The interpreter lists the model's nodes, then one DELEGATE node per partition; a node
+        # is delegated when it lies between a partition's inputs and its outputs.
+        nodes = self.interpreter._get_ops_details()
+        producer = {int(t): n["index"] for n in nodes if n["op_name"] != "DELEGATE" for t in n["outputs"]}
+        delegated = set()
+        for partition in (n for n in nodes if n["op_name"] == "DELEGATE"):
+            inputs, pending = {int(t) for t in partition["inputs"]}, [int(t) for t in partition["outputs"]]
+            while pending:
+                node = producer.get(pending.pop())
+                if node is not None and node not in delegated:
+                    delegated.add(node)
+                    pending += [int(t) for t in nodes[node]["inputs"] if t >= 0 and int(t) not in inputs]
+        names = [n["op_name"] for n in nodes if n["op_name"] != "DELEGATE" and n["index"] not in delegated]
+        return {name: names.count(name) for name in sorted(set(names))}
 
     def predict(self, images):
         """Probabilities `(N, classes)` of float/uint8 pixels `(N, H, W, 3)`, one at a time."""

@@ -87,6 +87,38 @@ def test_every_tflite_file_has_builtin_ops_only_and_int8_has_no_float_compute(ex
             assert all(t in ("int8", "int32") for _, types in inner for t in types), name
 
 
+def _matmul_zero_points(model_bytes):
+    """Zero points of the right-hand operands of the model's BATCH_MATMULs."""
+    from keras_vit.export import LiteRTModel
+
+    interpreter = LiteRTModel(model_bytes).interpreter
+    tensors = {t["index"]: t for t in interpreter.get_tensor_details()}
+    return [tensors[int(op["inputs"][1])]["quantization"][1]
+            for op in interpreter._get_ops_details() if op["op_name"] == "BATCH_MATMUL"]  # fmt: skip
+
+
+def test_int8_attention_matmuls_get_symmetric_operands_and_run_on_xnnpack(source, monkeypatch):
+    from keras_vit.export import LiteRTModel, litert
+
+    module = litert.keras_module(source.model)
+    rewrite = litert.symmetric_matmul_operands
+    monkeypatch.setattr(litert, "symmetric_matmul_operands", lambda model_bytes: model_bytes)
+    raw = litert.convert(module, "int8", source.calibration_images)
+    fixed = rewrite(raw)
+    raw_zeros, zeros = _matmul_zero_points(raw), _matmul_zero_points(fixed)
+    assert len(zeros) == 2 * source.model.config.num_layers and any(z != 0 for z in raw_zeros)
+    assert all(z == 0 for z in zeros)
+    assert LiteRTModel(raw).undelegated_ops()["BATCH_MATMUL"] == len(zeros) - raw_zeros.count(0)
+    assert "BATCH_MATMUL" not in LiteRTModel(fixed).undelegated_ops()
+    # Float32 runs everything but UNPACK (the q/k/v split) and the class-token slice on XNNPACK.
+    float32 = litert.convert(module, "float32")
+    assert set(LiteRTModel(float32).undelegated_ops()) <= {"UNPACK", "STRIDED_SLICE"}
+    assert rewrite(fixed) == fixed and rewrite(float32) == float32  # nothing (left) to change
+    before, after = LiteRTModel(raw).predict(source.eval_images), LiteRTModel(fixed).predict(source.eval_images)
+    assert np.mean(before.argmax(-1) == after.argmax(-1)) >= 0.98
+    assert np.abs(before - after).max() < 0.1
+
+
 def test_the_op_check_catches_flex_ops_and_keras_layer_norm_float_compute():
     import tensorflow as tf
 
