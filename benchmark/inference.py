@@ -47,6 +47,9 @@ def agreement(a, b):
 
 def run_case(case, against, repeats, log):
     """Throughput of every implementation on one inference case; a list of result rows."""
+    import keras
+
+    keras.utils.set_random_seed(case.get("seed", 0))  # the same random weights in every run
     config = models.config_for(case["model"])
     batch = case["batch"]
     rng = np.random.default_rng(0)
@@ -73,8 +76,12 @@ def run_case(case, against, repeats, log):
                 if ours and dtype == "float32" and reference is None:
                     reference = model.predict(pool, batch_size=batch, verbose=0)
                 elif ours and dtype != "float32" and reference is not None:
-                    row["agreement_with_float32"] = agreement(model.predict(pool, batch_size=batch, verbose=0), reference)
+                    logits = model.predict(pool, batch_size=batch, verbose=0)
+                    row["agreement_with_float32"] = agreement(logits, reference)
                     row["agreement_images"] = len(pool)
+                    # random weights leave near-ties among 1000 classes: the logit error tells how near
+                    row["max_logit_error"] = float(np.max(np.abs(logits - reference)))
+                    row["near_ties"] = float(np.mean(_top2_gap(reference) < 2 * row["max_logit_error"]))
                 rows.append(row)
                 log(row)
     if "timm" in against:
@@ -86,6 +93,11 @@ def run_case(case, against, repeats, log):
             rows.append(row)
             log(row)
     return rows
+
+
+def _top2_gap(logits):
+    top2 = np.sort(logits, axis=-1)[:, -2:]
+    return top2[:, 1] - top2[:, 0]
 
 
 def _random_head(model):

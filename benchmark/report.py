@@ -5,7 +5,8 @@ from keras_vit.benchmark.suite import mode_label
 _COLUMNS = {
     "inference": (("images/s", "images_per_s", "{:.2f}"), ("GFLOP/s", "gflops_per_s", "{:.0f}"),
                   ("first call s", "first_call_s", "{:.1f}"), ("top-1 agreement", "agreement_with_float32", "{:.3f}"),
-                  ("of images", "agreement_images", "{:d}")),
+                  ("of images", "agreement_images", "{:d}"), ("max logit error", "max_logit_error", "{:.3f}"),
+                  ("top-2 gap < 2x error", "near_ties", "{:.3f}")),
     "training": (("images/s", "images_per_s", "{:.2f}"), ("GFLOP/s", "gflops_per_s", "{:.0f}"),
                  ("first step s", "first_step_s", "{:.1f}")),
     "litert": (("latency ms", "latency_ms", "{:.1f}"), ("size kB", "size_kb", "{:.0f}"),
@@ -31,7 +32,7 @@ def markdown(result):
     for kind, rows in result["results"].items():
         columns = _COLUMNS[kind]
         lines += ["", f"### {kind}", "", "| case | implementation | mode | " + " | ".join(c[0] for c in columns) + " |",
-                  "|---|---|---|" + "---:|" * len(columns)]  # fmt: skip
+                  "|---|---|---|" + "".join("---|" if c[2] == "{}" else "---:|" for c in columns)]  # fmt: skip
         for row in rows:
             cells = [fmt.format(row[key]) if row.get(key) is not None else "" for _, key, fmt in columns]
             mode = mode_label(row)

@@ -63,6 +63,10 @@ def test_inference_and_training_rows_on_a_tiny_model():
     assert logged == rows and all(r["images_per_s"] > 0 and r["gflops_per_s"] > 0 for r in rows)
     assert 0.9 <= rows[1]["agreement_with_float32"] <= 1.0  # same weights, random head: bf16 mostly agrees
     assert rows[1]["agreement_images"] == 12 and "agreement_images" not in rows[0]
+    # a flip needs a float32 top-2 gap under twice the largest logit error
+    assert 0 < rows[1]["max_logit_error"] < 0.5 and rows[1]["agreement_with_float32"] >= 1 - rows[1]["near_ties"]
+    again = inference.run_case(case, (), repeats=5, log=lambda row: None)  # seeded: the same weights
+    assert again[1]["max_logit_error"] == rows[1]["max_logit_error"]
     case = dict(name="tiny", model=TINY, batch=8, steps_per_repeat=1, dtypes=("float32",), compilers=("xla", "graph"),
                 timm_modes=("eager",))  # fmt: skip
     rows = training.run_case(case, ("timm",), repeats=5, log=lambda row: None)

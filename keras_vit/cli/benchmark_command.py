@@ -1,6 +1,6 @@
 """`keras-vit benchmark`: keras_vit against keras-hub and timm, as ratios in one run."""
 
-from keras_vit.benchmark.suite import KINDS, SUITES
+from keras_vit.benchmark.suite import KINDS, SUITES, mode_label
 
 
 def add_parser(subparsers):
@@ -50,4 +50,4 @@ def run(args):
 
 def _progress(row):
     figure = (f"{row['images_per_s']:.2f} images/s" if "images_per_s" in row else f"{row['latency_ms']:.1f} ms")
-    print(f"  {row['case']}: {row['implementation']} {row['mode']}: {figure}", flush=True)
+    print(f"  {row['case']}: {row['implementation']} {mode_label(row)}: {figure}", flush=True)
