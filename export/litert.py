@@ -78,7 +78,6 @@ def fold_requantize(model_bytes):
     """Replaces each DEQUANTIZE -> QUANTIZE pair (int8 -> float -> int8, which the converter
     leaves where a quantisation-aware model's input fake-quant range meets the calibrated
     input range) with one int8 -> int8 QUANTIZE, LiteRT's requantise. Same outputs."""
-    import flatbuffers
     from tensorflow.lite.python import schema_py_generated as schema
 
     model = schema.ModelT.InitFromPackedBuf(bytearray(model_bytes), 0)
@@ -98,7 +97,14 @@ def fold_requantize(model_bytes):
                 op.inputs = [int(source.inputs[0])]
                 dropped.append(source)
         graph.operators = [op for op in graph.operators if all(op is not d for d in dropped)]
-    builder = flatbuffers.Builder(len(model_bytes) + 1024)
+    return _pack(model, len(model_bytes))
+
+
+def _pack(model, size):
+    """Flatbuffer bytes of a `schema.ModelT`."""
+    import flatbuffers
+
+    builder = flatbuffers.Builder(size + 1024)
     builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
     return bytes(builder.Output())
 
@@ -114,12 +120,12 @@ def symmetric_matmul_operands(model_bytes):
     """Gives the right-hand int8 operand of every BATCH_MATMUL (attention's keys and values) a
     zero point of 0, widening its scale to cover the calibrated range.
 
-    The XNNPACK delegate takes an int8 BATCH_MATMUL only when that operand is symmetric;
+    The XNNPACK delegate takes an int8 BATCH_MATMUL only when that operand is symmetric (seen
+    with ai-edge-litert 2.3.0);
     otherwise LiteRT runs it on its builtin kernel, single-threaded: ViT-S/16's two attention
     matmuls then took about 3 ms per block, most of the full-int8 model's latency. The new
     parameters go to every tensor that shares them through shape-only ops (reshape, transpose,
     unpack, ...) back to the op that produced them; other int8 tensors are untouched."""
-    import flatbuffers
     from tensorflow.lite.python import schema_py_generated as schema
 
     names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
@@ -174,11 +180,7 @@ def symmetric_matmul_operands(model_bytes):
             for t in group:
                 tensors[t].quantization.scale, tensors[t].quantization.zeroPoint = [symmetric], [0]
             changed = True
-    if not changed:
-        return model_bytes
-    builder = flatbuffers.Builder(len(model_bytes) + 1024)
-    builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
-    return bytes(builder.Output())
+    return _pack(model, len(model_bytes)) if changed else model_bytes
 
 
 def operators(model_bytes):
