@@ -100,6 +100,11 @@ def fold_requantize(model_bytes):
     return _pack(model, len(model_bytes))
 
 
+def _builtin_names(schema):
+    """`{builtin operator code: name}` of the TFLite schema."""
+    return {code: name for name, code in vars(schema.BuiltinOperator).items() if not name.startswith("_")}
+
+
 def _pack(model, size):
     """Flatbuffer bytes of a `schema.ModelT`."""
     import flatbuffers
@@ -128,7 +133,7 @@ def symmetric_matmul_operands(model_bytes):
     unpack, ...) back to the op that produced them; other int8 tensors are untouched."""
     from tensorflow.lite.python import schema_py_generated as schema
 
-    names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
+    names = _builtin_names(schema)
     model = schema.ModelT.InitFromPackedBuf(bytearray(model_bytes), 0)
     kinds = [names[max(code.builtinCode, code.deprecatedBuiltinCode)] for code in model.operatorCodes]
     changed = False
@@ -187,7 +192,7 @@ def operators(model_bytes):
     """`(op name, input dtypes, is graph input op, is graph output op)` of every operator."""
     from tensorflow.lite.python import schema_py_generated as schema
 
-    names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
+    names = _builtin_names(schema)
     types = {v: k.lower() for k, v in vars(schema.TensorType).items() if not k.startswith("_")}
     model = schema.Model.GetRootAs(model_bytes, 0)
     codes = []
@@ -215,7 +220,7 @@ def check_ops(model_bytes, mode):
     input and the DEQUANTIZE at a graph output may touch float). Returns the op names."""
     from tensorflow.lite.python import schema_py_generated as schema
 
-    builtin = {k for k in vars(schema.BuiltinOperator) if not k.startswith("_")} - {"CUSTOM", "DELEGATE"}
+    builtin = set(_builtin_names(schema).values()) - {"CUSTOM", "DELEGATE"}
     ops = operators(model_bytes)
     foreign = sorted({name for name, *_ in ops if name not in builtin})
     if foreign:
