@@ -125,6 +125,27 @@ def test_dropout_is_active_only_in_training():
     assert not np.allclose(np.asarray(model(x, training=True)), np.asarray(model(x)), atol=1e-4)
 
 
+
+@pytest.mark.tensorflow_only
+def test_training_gelu_equals_inference_gelu_and_its_gradient():
+    # On TensorFlow the MLP computes exact GELU with erf in training and with Keras's gelu
+    # (erfc, fused into fc1) in inference: same values, same gradients.
+    import tensorflow as tf
+
+    layer = keras_vit.layers.MLP(48)
+    layer.build((None, None, 16))
+    x = tf.constant(np.random.default_rng(0).normal(scale=3.0, size=(2, 5, 16)).astype("float32"))
+    weights = tf.constant(np.random.default_rng(1).normal(size=(2, 5, 16)).astype("float32"))
+    results = {}
+    for training in (True, False):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = layer(x, training=training)
+            loss = tf.reduce_sum(y * weights)
+        results[training] = (y, *tape.gradient(loss, [x, layer.fc1.kernel, layer.fc1.bias]))
+    for trained, inferred in zip(results[True], results[False]):
+        np.testing.assert_allclose(trained.numpy(), inferred.numpy(), rtol=1e-5, atol=1e-5)
+
 @pytest.mark.parametrize(
     "shape, message",
     [
