@@ -1,22 +1,16 @@
 """Inference throughput: keras_vit and keras-hub through Keras (`predict_on_batch`), timm
 through torch (eager, and `torch.compile` with freezing); float32 and bfloat16."""
 
+import functools
+
 import numpy as np
 
 from keras_vit.benchmark import models
-from keras_vit.benchmark.timing import median_rate, seconds
+from keras_vit.benchmark.timing import interleaved_medians, rate, seconds
 
 
-def keras_rate(model, images, repeats, jit_compile=True):
-    """(images/s, seconds of the first call) of a Keras model, compiled here."""
-    model.compile(jit_compile=jit_compile)
-    first, _ = seconds(lambda: model.predict_on_batch(images))
-    rate, _ = median_rate(lambda: model.predict_on_batch(images), len(images), repeats)
-    return rate, first
-
-
-def timm_rate(module, images, repeats, mode):
-    """(images/s, seconds of the first call) of a timm module. `mode`:
+def timm_step(module, images, mode):
+    """A zero-argument forward of a timm module on `images` (NHWC, 0-255). `mode`:
     "eager", "compile" (torch.compile after freezing: inference graph, constants folded),
     "eager_bf16" or "compile_bf16" (CPU autocast to bfloat16)."""
     import torch
@@ -35,9 +29,7 @@ def timm_rate(module, images, repeats, mode):
         with torch.inference_mode(), autocast:
             return forward(batch)
 
-    first, _ = seconds(step)
-    rate, _ = median_rate(step, len(images), repeats)
-    return rate, first
+    return step
 
 
 def agreement(a, b):
@@ -58,7 +50,7 @@ def run_case(case, against, repeats, log):
     pool = pool.astype("float32")
     images = pool[:batch]
     flops = models.forward_flops(config) * batch
-    rows, source, reference = [], None, None
+    rows, steps, source, reference = [], [], None, None
     for implementation in ("keras_vit",) + tuple(a for a in against if a != "timm"):
         ours = implementation == "keras_vit"
         build = models.build_keras_vit if ours else models.build_keras_hub
@@ -70,9 +62,10 @@ def run_case(case, against, repeats, log):
                     source = _random_head(model)
                 elif ours:
                     model.set_weights(source.get_weights())
-                rate, first = keras_rate(model, images, repeats, jit_compile=compiler == "xla")
+                model.compile(jit_compile=compiler == "xla")
+                step = functools.partial(model.predict_on_batch, images)
                 row = dict(case=case["name"], implementation=implementation, mode=dtype, compiler=compiler,
-                           images_per_s=rate, first_call_s=first, gflops_per_s=flops * rate / batch / 1e9)  # fmt: skip
+                           first_call_s=seconds(step)[0])  # fmt: skip
                 if ours and dtype == "float32" and reference is None:
                     reference = model.predict(pool, batch_size=batch, verbose=0)
                 elif ours and dtype != "float32" and reference is not None:
@@ -83,15 +76,18 @@ def run_case(case, against, repeats, log):
                     row["max_logit_error"] = float(np.max(np.abs(logits - reference)))
                     row["near_ties"] = float(np.mean(_top2_gap(reference) < 2 * row["max_logit_error"]))
                 rows.append(row)
-                log(row)
+                steps.append(step)
     if "timm" in against:
         module = models.build_timm(config)
         for mode in case["timm_modes"]:
-            rate, first = timm_rate(module, images, repeats, mode)
-            row = dict(case=case["name"], implementation="timm", mode=mode, images_per_s=rate, first_call_s=first,
-                       gflops_per_s=flops * rate / batch / 1e9)  # fmt: skip
-            rows.append(row)
-            log(row)
+            step = timm_step(module, images, mode)
+            rows.append(dict(case=case["name"], implementation="timm", mode=mode, first_call_s=seconds(step)[0]))
+            steps.append(step)
+    # every model stays loaded and is timed in rounds, so the ratios between them are fair
+    rates = interleaved_medians([functools.partial(rate, step, batch) for step in steps], repeats)
+    for row, images_per_s in zip(rows, rates):
+        row.update(images_per_s=images_per_s, gflops_per_s=flops * images_per_s / batch / 1e9)
+        log(row)
     return rows
 
 

@@ -1,4 +1,4 @@
-"""Timing: thread pinning, warm-up, the median of repeats."""
+"""Timing: thread pinning, warm-up, the median of repeats, contenders timed in rounds."""
 
 import importlib.util
 import os
@@ -32,23 +32,39 @@ def pin_threads(threads):
         torch.set_num_threads(threads)
 
 
+def rate(step, items, min_seconds=0.0):
+    """Items per second of one timed run of `step()` (which processes `items` items), repeated
+    until the run lasts `min_seconds`."""
+    count, start = 0, time.perf_counter()
+    while True:
+        step()
+        count += 1
+        elapsed = time.perf_counter() - start
+        if elapsed >= min_seconds:
+            return count * items / elapsed
+
+
 def median_rate(step, items, repeats=5, warmup=1, min_seconds=0.0):
-    """Items per second of `step()` (which processes `items` items): `warmup` calls are not
-    timed, then the median over `repeats` timed calls (each call repeated until it lasts
-    `min_seconds`). Returns (median rate, list of rates)."""
+    """Items per second of `step()`: `warmup` calls are not timed, then the median over
+    `repeats` timed runs (see `rate`). Returns (median rate, list of rates)."""
     for _ in range(warmup):
         step()
-    rates = []
-    for _ in range(repeats):
-        count, start = 0, time.perf_counter()
-        while True:
-            step()
-            count += 1
-            elapsed = time.perf_counter() - start
-            if elapsed >= min_seconds:
-                break
-        rates.append(count * items / elapsed)
+    rates = [rate(step, items, min_seconds) for _ in range(repeats)]
     return statistics.median(rates), rates
+
+
+def interleaved_medians(measures, repeats, warmup=1):
+    """The median of `repeats` results of each zero-argument `measures[i]()`, measured in
+    rounds that call every measure once (after `warmup` untimed rounds). Load that comes and
+    goes on a shared machine then falls on all contenders alike instead of on whichever ran
+    during it, so their ratios hold still."""
+    results = [[] for _ in measures]
+    for round_ in range(warmup + repeats):
+        for result, measure in zip(results, measures):
+            value = measure()
+            if round_ >= warmup:
+                result.append(value)
+    return [statistics.median(r) for r in results]
 
 
 def seconds(call):

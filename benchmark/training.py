@@ -1,49 +1,57 @@
 """Training throughput: `model.fit` with AdamW for keras_vit and keras-hub, a torch AdamW
 loop for timm; images/s after warm-up, and the wall time of the first step."""
 
+import functools
 import time
 
 import numpy as np
 
 from keras_vit.benchmark import models
-from keras_vit.benchmark.timing import median_rate
+from keras_vit.benchmark.timing import interleaved_medians, rate, seconds
 
 
-def keras_training(model, batch, repeats, steps_per_repeat, jit_compile=True):
-    """(median images/s, seconds until the first step ended) of `model.fit`."""
+def keras_training(model, batch, steps_per_repeat, jit_compile=True):
+    """(seconds until the first `model.fit` step ended, measure): `measure()` runs `model.fit`
+    for `steps_per_repeat` + 1 steps and returns the images/s from the end of its first step
+    to the end of its last (the data iterator's set-up is left out)."""
     import keras
 
-    warmup = 2
-    steps = warmup + repeats * steps_per_repeat
     config_shape = tuple(model.inputs[0].shape[1:])
     rng = np.random.default_rng(0)
     x = rng.uniform(0, 255, (batch,) + config_shape).astype("float32")
     y = rng.integers(0, model.outputs[0].shape[-1], batch)
-    # One batch repeated: the first step is the trace/compile and one step, without converting
-    # a whole epoch of arrays first. tf.data where TensorFlow is installed (keras-hub's `fit`
-    # takes no generators), a generator on JAX-only machines.
-    try:
-        import tensorflow as tf
-
-        data = tf.data.Dataset.from_tensors((x, y)).repeat(steps)
-    except ImportError:
-        data = ((x, y) for _ in range(steps))
     model.compile(optimizer=keras.optimizers.AdamW(1e-4, weight_decay=0.05),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=jit_compile)  # fmt: skip
     model.optimizer.build(model.trainable_variables)  # as the training app does: one trace of the first step
-    ends = []
-    timer = keras.callbacks.LambdaCallback(on_train_batch_end=lambda *_, **__: ends.append(time.perf_counter()))
-    start = time.perf_counter()
-    model.fit(data, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=[timer])
-    first = ends[0] - start
-    rates = [batch * steps_per_repeat / (ends[i + steps_per_repeat] - ends[i])
-             for i in range(warmup - 1, steps - steps_per_repeat, steps_per_repeat)]  # fmt: skip
-    return float(np.median(rates)), first
+
+    def fit(steps):
+        # One batch repeated: the first step is the trace/compile and one step, without converting
+        # a whole epoch of arrays first. tf.data where TensorFlow is installed (keras-hub's `fit`
+        # takes no generators), a generator on JAX-only machines.
+        try:
+            import tensorflow as tf
+
+            data = tf.data.Dataset.from_tensors((x, y)).repeat(steps)
+        except ImportError:
+            data = ((x, y) for _ in range(steps))
+        ends = []
+        timer = keras.callbacks.LambdaCallback(on_train_batch_end=lambda *_, **__: ends.append(time.perf_counter()))
+        start = time.perf_counter()
+        model.fit(data, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=[timer])
+        return start, ends
+
+    def measure():
+        ends = fit(steps_per_repeat + 1)[1]
+        return batch * steps_per_repeat / (ends[-1] - ends[0])
+
+    start, ends = fit(2)  # the first step, and one more before timing
+    return ends[0] - start, measure
 
 
-def timm_training(module, config, batch, repeats, steps_per_repeat, mode):
-    """(median images/s, seconds of the first step) of a torch AdamW loop on a timm module;
-    `mode` is "eager", "compile", "eager_bf16" or "compile_bf16"."""
+def timm_training(module, config, batch, steps_per_repeat, mode):
+    """(seconds of the first step, measure) of a torch AdamW loop on a timm module: `measure()`
+    times `steps_per_repeat` steps and returns images/s. `mode` is "eager", "compile",
+    "eager_bf16" or "compile_bf16"."""
     import torch
 
     module = module.train()
@@ -61,16 +69,14 @@ def timm_training(module, config, batch, repeats, steps_per_repeat, mode):
         loss.backward()
         optimizer.step()
 
-    start = time.perf_counter()
-    step()
-    first = time.perf_counter() - start
+    first, _ = seconds(step)
+    step()  # one more before timing, as for Keras
 
     def repeat():
         for _ in range(steps_per_repeat):
             step()
 
-    rate, _ = median_rate(repeat, batch * steps_per_repeat, repeats)
-    return rate, first
+    return first, functools.partial(rate, repeat, batch * steps_per_repeat)
 
 
 def run_case(case, against, repeats, log):
@@ -78,24 +84,25 @@ def run_case(case, against, repeats, log):
     config = models.config_for(case["model"])
     batch, steps = case["batch"], case["steps_per_repeat"]
     flops = 3 * models.forward_flops(config)  # forward + backward (2x forward)
-    rows = []
+    rows, measures = [], []
 
-    def add(implementation, mode, rate, first, compiler=None):
-        row = dict(case=case["name"], implementation=implementation, mode=mode, images_per_s=rate,
-                   first_step_s=first, gflops_per_s=flops * rate / 1e9)  # fmt: skip
+    def add(implementation, mode, first, measure, compiler=None):
+        rows.append(dict(case=case["name"], implementation=implementation, mode=mode, first_step_s=first))
         if compiler is not None:
-            row["compiler"] = compiler
-        rows.append(row)
-        log(row)
+            rows[-1]["compiler"] = compiler
+        measures.append(measure)
 
     for implementation in ("keras_vit",) + tuple(a for a in against if a != "timm"):
         build = models.build_keras_vit if implementation == "keras_vit" else models.build_keras_hub
         for dtype in case["dtypes"]:
             for compiler in case.get("compilers", ("xla",)):
                 model = build(config, dtype=dtype)
-                rate, first = keras_training(model, batch, repeats, steps, jit_compile=compiler == "xla")
-                add(implementation, dtype, rate, first, compiler)
+                add(implementation, dtype, *keras_training(model, batch, steps, jit_compile=compiler == "xla"), compiler)
     if "timm" in against:
         for mode in case["timm_modes"]:
-            add("timm", mode, *timm_training(models.build_timm(config), config, batch, repeats, steps, mode))
+            add("timm", mode, *timm_training(models.build_timm(config), config, batch, steps, mode))
+    # every model stays built and is timed in rounds, so the ratios between them are fair
+    for row, images_per_s in zip(rows, interleaved_medians(measures, repeats, warmup=0)):
+        row.update(images_per_s=images_per_s, gflops_per_s=flops * images_per_s / 1e9)
+        log(row)
     return rows

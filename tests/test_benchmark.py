@@ -6,7 +6,7 @@ import keras
 import pytest
 import torchvision_stub
 
-from keras_vit.benchmark import inference, litert, machine, models, pipeline, report, suite, training
+from keras_vit.benchmark import inference, litert, machine, models, pipeline, report, suite, timing, training
 
 torchvision_stub.install()  # before timm: see torchvision_stub.py
 
@@ -18,6 +18,18 @@ def test_forward_flops_match_published_counts():
     assert models.forward_flops(models.config_for("vit_b16")) / 2 == pytest.approx(17.56e9, rel=0.01)
     assert models.forward_flops(models.config_for("vit_s16")) / 2 == pytest.approx(4.61e9, rel=0.01)
 
+
+
+def test_contenders_are_timed_in_rounds():
+    calls = []
+
+    def measure(name, values):
+        values = iter(values)
+        return lambda: calls.append(name) or next(values)
+
+    medians = timing.interleaved_medians([measure("a", [100, 1, 5, 3]), measure("b", [100, 2, 9, 4])], repeats=3)
+    assert calls == ["a", "b"] * 4  # one warm-up round, then every round calls each once
+    assert medians == [3, 4]  # the warm-up results are left out
 
 def test_targets_are_ratios_of_the_rows():
     def row(case, implementation, mode, rate, **extra):

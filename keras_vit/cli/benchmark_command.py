@@ -11,7 +11,9 @@ def add_parser(subparsers):
         "model.fit training throughput with AdamW and the first step's time, LiteRT batch-1 latency of the export "
         "modes, and the training input pipeline's rate. keras-hub runs the same architecture on the same Keras "
         "backend, timm on torch CPU (eager and torch.compile, float32 and bfloat16). Every figure is the median of "
-        "--repeats timed runs after warm-up, with the threads pinned; the JSON result lists the machine (with its "
+        "--repeats timed runs after warm-up, with the threads pinned; within a case every model stays loaded and "
+        "is timed in rounds (each once per round), so load on a shared machine falls on all alike, and the case's "
+        "rows print when its rounds end. The JSON result lists the machine (with its "
         "measured FP32 FMA peak), versions and the targets met. `quick` takes minutes; `full` (ViT-S/16, B/16, "
         "Ti/16 and a CIFAR-size model) about half an hour on 2 cores.",
     )
