@@ -54,9 +54,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         qkv = ops.reshape(self.qkv(ops.reshape(x, (-1, width))), (-1, shape[1], 3, self.num_heads, self.head_dim))
         explicit = return_attention_scores or (training and self.dropout_rate > 0)
         if explicit or keras.backend.backend() == "tensorflow":
-            # TensorFlow: Keras's dot_product_attention is the same two einsums token-first,
-            # with the scale on the (tokens x tokens) logits; heads-first with the scale on q
-            # measured 10-15% faster per block on CPU (docs/benchmarks.md).
+            # TensorFlow: Keras's dot_product_attention is two einsums token-first, with the
+            # scale on the (tokens x tokens) logits; heads-first with the scale on q measured
+            # 10-15% faster per block on CPU (docs/benchmarks.md).
             context, probs = self._explicit_attention(qkv, training)
         else:
             q, k, v = ops.unstack(qkv, axis=2)  # (batch, tokens, heads, head_dim) each
@@ -69,8 +69,11 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         q, k, v = ops.unstack(ops.transpose(qkv, (2, 0, 3, 1, 4)), axis=0)  # (batch, heads, tokens, head_dim)
         logits = ops.einsum("bhqd,bhkd->bhqk", q * ops.cast(self.head_dim**-0.5, q.dtype), k)
         probs = ops.softmax(ops.cast(logits, "float32"), axis=-1)  # float32 for fp16/bf16 safety
-        context = ops.einsum("bhqk,bhkd->bqhd", ops.cast(self.dropout(probs, training=training), v.dtype), v)
-        return context, probs
+        # A batched matmul, then the swap to token-first: TensorFlow's graph optimizer turns the
+        # einsum above into a batch matmul, but not this one as an einsum, whose gradients then ran
+        # ~35% slower than batch matmuls on CPU. `fit` +0-5% (Ti/16, CIFAR-size; docs/benchmarks.md).
+        context = ops.matmul(ops.cast(self.dropout(probs, training=training), v.dtype), v)
+        return ops.swapaxes(context, 1, 2), probs
 
     def get_config(self):
         return {
