@@ -70,8 +70,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         logits = ops.einsum("bhqd,bhkd->bhqk", q * ops.cast(self.head_dim**-0.5, q.dtype), k)
         probs = ops.softmax(ops.cast(logits, "float32"), axis=-1)  # float32 for fp16/bf16 safety
         # A batched matmul, then the swap to token-first: TensorFlow's graph optimizer turns the
-        # einsum above into a batch matmul, but not this one as an einsum, whose gradients then ran
-        # ~35% slower than batch matmuls on CPU. `fit` +0-5% (Ti/16, CIFAR-size; docs/benchmarks.md).
+        # einsum above into a batch matmul but left this one (token-first output) an einsum,
+        # whose gradients ran ~35% slower than batch matmuls on CPU. `fit`: +0-5% (Ti/16 and
+        # CIFAR-size, docs/benchmarks.md).
         context = ops.matmul(ops.cast(self.dropout(probs, training=training), v.dtype), v)
         return ops.swapaxes(context, 1, 2), probs
 
