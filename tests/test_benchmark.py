@@ -19,7 +19,6 @@ def test_forward_flops_match_published_counts():
     assert models.forward_flops(models.config_for("vit_s16")) / 2 == pytest.approx(4.61e9, rel=0.01)
 
 
-
 def test_contenders_are_timed_in_rounds():
     calls = []
 
@@ -30,6 +29,7 @@ def test_contenders_are_timed_in_rounds():
     medians = timing.interleaved_medians([measure("a", [100, 1, 5, 3]), measure("b", [100, 2, 9, 4])], repeats=3)
     assert calls == ["a", "b"] * 4  # one warm-up round, then every round calls each once
     assert medians == [3, 4]  # the warm-up results are left out
+
 
 def test_targets_are_ratios_of_the_rows():
     def row(case, implementation, mode, rate, **extra):

@@ -125,7 +125,6 @@ def test_dropout_is_active_only_in_training():
     assert not np.allclose(np.asarray(model(x, training=True)), np.asarray(model(x)), atol=1e-4)
 
 
-
 @pytest.mark.tensorflow_only
 def test_training_gelu_equals_inference_gelu_and_its_gradient():
     # On TensorFlow the MLP computes exact GELU with erf in training and with Keras's gelu
@@ -145,6 +144,7 @@ def test_training_gelu_equals_inference_gelu_and_its_gradient():
         results[training] = (y, *tape.gradient(loss, [x, layer.fc1.kernel, layer.fc1.bias]))
     for trained, inferred in zip(results[True], results[False]):
         np.testing.assert_allclose(trained.numpy(), inferred.numpy(), rtol=1e-5, atol=1e-5)
+
 
 @pytest.mark.parametrize(
     "shape, message",
