@@ -18,7 +18,7 @@ def run_case(case, against, repeats, log, threads=2):
     module = litert.keras_module(model)
     rows = []
     for mode in case["modes"]:
-        model_bytes = litert.convert(module, mode, calibration_images=calibration if mode in ("int8", "int16x8") else None)
+        model_bytes = litert.convert(module, mode, calibration_images=calibration if mode in litert.CALIBRATED else None)
         litert.check_ops(model_bytes, mode)
         runner = litert.LiteRTModel(model_bytes, num_threads=threads)
         latency = runner.latency_ms(calibration[0], repeats=max(repeats, 5) * 4)

@@ -5,7 +5,7 @@ CIFAR_MODEL = dict(image_size=32, patch_size=4, hidden_size=192, num_layers=6, n
 BOTH = ("float32", "mixed_bfloat16")
 TIMM_MODES = ("eager", "compile", "eager_bf16", "compile_bf16")
 COMPILERS = ("xla", "graph")  # Keras: jit_compile=True (XLA) or False (TensorFlow graph, oneDNN kernels)
-LITERT_MODES = ("float32", "float16", "dynamic", "int8")
+LITERT_MODES = ("float32", "float16", "dynamic", "int8", "int8-mixed")
 
 SUITES = {
     # Minutes: small models, every kind of measurement once.
@@ -98,8 +98,9 @@ def targets(results, suite, peak_gflops):
                     mode = mode_label(r)
                     check(f"{name}: first step seconds ({mode})", r["first_step_s"], 10.0, at_least=False)
     litert = {r["mode"]: r["latency_ms"] for r in results.get("litert", [])}
-    if "int8" in litert and "float32" in litert:
-        check("LiteRT full-int8 latency / float32 latency", litert["int8"] / litert["float32"], 0.35, at_least=False)
+    for mode, label in (("int8", "full-int8"), ("int8-mixed", "int8-mixed (float softmax, GELU, rsqrt)")):
+        if mode in litert and "float32" in litert:
+            check(f"LiteRT {label} latency / float32 latency", litert[mode] / litert["float32"], 0.35, at_least=False)
     for case in SUITES[suite]["pipeline"]:
         pipe = _rate(results.get("pipeline", []), case["name"], "keras_vit")
         train = [r["images_per_s"] for r in training if r["case"] == case["trains"] and r["implementation"] == "keras_vit"]

@@ -25,7 +25,7 @@ def export(source, saved_model_dir=None, tflite_dir=None, modes=("float32", "int
     `export_report.json`/`.md` to `report_dir`, default the TFLite or SavedModel directory).
 
     `modes`: LiteRT modes (see `litert.MODES`), files `{name}_{mode}.tflite`; `io_type`:
-    input/output type of the int8/int16x8 files. `prune` (sparsity) and `cluster` (number
+    input/output type of the int8, int8-mixed and int16x8 files. `prune` (sparsity) and `cluster` (number
     of clusters): fine-tuned `finetune_epochs` through the tfmot bridge, exported as float32
     and, if "int8" is among `modes`, int8. `qat_epochs`: quantisation-aware fine-tuning,
     exported as full-integer int8."""
@@ -45,9 +45,9 @@ def export(source, saved_model_dir=None, tflite_dir=None, modes=("float32", "int
         taken = [f for f, *_ in plan if (Path(tflite_dir) / f).exists()]
         if taken:
             raise ExportError(f"{Path(tflite_dir) / taken[0]} exists; pass --overwrite to replace it.")
-    needs_calibration = any(mode in ("int8", "int16x8") for _, _, mode in plan)
+    needs_calibration = any(mode in litert.CALIBRATED for _, _, mode in plan)
     if needs_calibration and source.calibration_images is None:
-        raise ExportError("int8/int16x8 need calibration images: export a run directory or pass --dataset.")
+        raise ExportError("int8, int8-mixed and int16x8 need calibration images: export a run directory or pass --dataset.")
     if (qat_epochs or prune or cluster) and source.train is None:
         raise ExportError("QAT, pruning and clustering fine-tune: export a run directory or pass --dataset.")
 

@@ -11,8 +11,15 @@ import tensorflow as tf
 from keras_vit.export.source import ExportError
 
 logger = logging.getLogger("keras_vit")
-MODES = ("float32", "float16", "dynamic", "int8", "int16x8")
-IO_TYPES = {"int8": ("float32", "int8", "uint8"), "int16x8": ("float32", "int16")}
+MODES = ("float32", "float16", "dynamic", "int8", "int8-mixed", "int16x8")
+CALIBRATED = ("int8", "int8-mixed", "int16x8")
+IO_TYPES = {"int8": ("float32", "int8", "uint8"), "int8-mixed": ("float32", "int8", "uint8"),
+            "int16x8": ("float32", "int16")}  # fmt: skip
+# Ops that int8-mixed computes in float32 (between a DEQUANTIZE and a QUANTIZE): the XNNPACK
+# delegate has no int8 kernels for them (ai-edge-litert 2.3.0), so in an int8 file LiteRT runs
+# them single-threaded and splits XNNPACK's partitions around each. S/16 batch 1, 2 threads:
+# 24-25 ms as int8, 16-17 ms with these in float32 (docs/benchmarks.md).
+MIXED_FLOAT_OPS = ("SOFTMAX", "GELU", "RSQRT")
 _EDGE_OPS = ("QUANTIZE", "DEQUANTIZE")
 
 
@@ -39,8 +46,10 @@ def convert(module, mode="float32", calibration_images=None, io_type="float32", 
     """TFLite flatbuffer bytes of `module` (a `ClassifierModule`) in `mode`:
 
     float32; float16 (weights); dynamic (int8 weights, float activations); int8 (full
-    integer, calibrated on `calibration_images`; `io_type` float32, int8 or uint8); int16x8
-    (int16 activations, int8 weights; `io_type` float32 or int16). Builtin ops only.
+    integer, calibrated on `calibration_images`; `io_type` float32, int8 or uint8);
+    int8-mixed (int8, but `MIXED_FLOAT_OPS` in float32: faster on CPU, not for integer-only
+    accelerators); int16x8 (int16 activations, int8 weights; `io_type` float32 or int16).
+    Builtin ops only.
     Calibrated modes quantise Dense kernels per tensor unless `per_channel_dense`; int8
     matmul operands are made XNNPACK-ready (`symmetric_matmul_operands`)."""
     if mode not in MODES:
@@ -48,7 +57,7 @@ def convert(module, mode="float32", calibration_images=None, io_type="float32", 
     allowed_io = IO_TYPES.get(mode, ("float32",))
     if io_type not in allowed_io:
         raise ExportError(f"{mode} takes input/output types {', '.join(allowed_io)}; got {io_type!r}.")
-    calibrated = mode in ("int8", "int16x8")
+    calibrated = mode in CALIBRATED
     if calibrated and (calibration_images is None or len(calibration_images) == 0):
         raise ExportError(f"{mode} needs calibration images (a representative sample of the training data).")
     with tempfile.TemporaryDirectory() as scratch:
@@ -63,15 +72,30 @@ def convert(module, mode="float32", calibration_images=None, io_type="float32", 
             images = np.asarray(calibration_images, np.float32)
             converter.representative_dataset = lambda: ([image[None]] for image in images)
             converter.target_spec.supported_ops = [
-                tf.lite.OpsSet.TFLITE_BUILTINS_INT8 if mode == "int8"
+                tf.lite.OpsSet.TFLITE_BUILTINS_INT8 if mode != "int16x8"
                 else tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8]  # fmt: skip
             converter.inference_input_type = converter.inference_output_type = tf.as_dtype(io_type)
             # Per-tensor Dense weights: per-channel ones store a float scale and an int64 zero
             # point per output channel (and for the bias), a third of a small ViT's int8 file
             # (digits model: 423 kB -> 358 kB, i.e. 34% -> 29% of float32, top-1 unchanged).
             converter._experimental_disable_per_channel_quantization_for_dense_layers = not per_channel_dense
-        model_bytes = converter.convert()
-    return symmetric_matmul_operands(model_bytes) if mode == "int8" else model_bytes
+        if mode == "int8-mixed":
+            model_bytes = _quantize_except(converter, MIXED_FLOAT_OPS, tf.as_dtype(io_type), per_channel_dense)
+        else:
+            model_bytes = converter.convert()
+    return symmetric_matmul_operands(model_bytes) if mode.startswith("int8") else model_bytes
+
+
+def _quantize_except(converter, float_ops, io_dtype, per_channel_dense):
+    """Full-integer quantisation of `converter`'s model (calibrated by it) that leaves the
+    builtin ops named in `float_ops` in float32 (TFLite's selective quantisation, the
+    quantisation debugger's `denylisted_ops`; the converter itself has no public switch)."""
+    from tensorflow.lite.python import convert as lite_convert
+
+    converter._experimental_calibrate_only = True
+    return lite_convert.mlir_quantize(converter.convert(), input_data_type=io_dtype, output_data_type=io_dtype,
+                                      denylisted_ops=list(float_ops),
+                                      disable_per_channel_for_dense_layers=not per_channel_dense)  # fmt: skip
 
 
 def fold_requantize(model_bytes):
@@ -217,7 +241,8 @@ def operators(model_bytes):
 def check_ops(model_bytes, mode):
     """Raises unless every operator is a builtin (no Flex/SELECT_TF_OPS, no custom op) and,
     for full-integer modes, no operator computes in float (only the QUANTIZE at a graph
-    input and the DEQUANTIZE at a graph output may touch float). Returns the op names."""
+    input and the DEQUANTIZE at a graph output may touch float; in int8-mixed also
+    `MIXED_FLOAT_OPS` and the QUANTIZE after them). Returns the op names."""
     from tensorflow.lite.python import schema_py_generated as schema
 
     builtin = set(_builtin_names(schema).values()) - {"CUSTOM", "DELEGATE"}
@@ -225,9 +250,10 @@ def check_ops(model_bytes, mode):
     foreign = sorted({name for name, *_ in ops if name not in builtin})
     if foreign:
         raise ExportError(f"the {mode} model uses non-builtin ops {', '.join(foreign)} (not on stock LiteRT).")
-    if mode in ("int8", "int16x8"):
+    if mode in CALIBRATED:
+        allowed = MIXED_FLOAT_OPS + ("QUANTIZE",) if mode == "int8-mixed" else ()
         floating = sorted({name for name, dtypes, at_input, at_output in ops
-                           if any(d.startswith("float") for d in dtypes)
+                           if any(d.startswith("float") for d in dtypes) and name not in allowed
                            and not (name == "QUANTIZE" and at_input) and not (name == "DEQUANTIZE" and at_output)})  # fmt: skip
         if floating:
             raise ExportError(f"the {mode} model still computes in float in {', '.join(floating)}.")

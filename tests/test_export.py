@@ -38,7 +38,7 @@ def exported(source, tmp_path_factory):
     from keras_vit.export import export
 
     out = tmp_path_factory.mktemp("export")
-    report = export(source, out / "serving", out / "tflite", modes=("float32", "float16", "dynamic", "int8", "int16x8"),
+    report = export(source, out / "serving", out / "tflite", modes=("float32", "float16", "dynamic", "int8", "int8-mixed", "int16x8"),
                     qat_epochs=2, prune=0.5, cluster=16, finetune_epochs=2)  # fmt: skip
     return out, {row["artifact"]: row for row in report["artifacts"]}, report
 
@@ -53,7 +53,7 @@ def test_report_meets_the_accuracy_size_and_agreement_bars(source, exported):
     assert keras_top1 > 0.8 and report["num_eval"] == len(source.eval_images) == 359
     for mode in ("float32", "float16", "dynamic"):
         assert rows[f"vit_{mode}.tflite"]["agreement"] >= 0.995, mode
-    for name in ("vit_int8.tflite", "vit_qat_int8.tflite", "vit_int16x8.tflite"):
+    for name in ("vit_int8.tflite", "vit_int8-mixed.tflite", "vit_qat_int8.tflite", "vit_int16x8.tflite"):
         assert rows[name]["agreement"] >= 0.98, name
         assert rows[name]["top1"] >= keras_top1 - 0.01, name
     assert rows["vit_qat_int8.tflite"]["top1"] >= rows["vit_int8.tflite"]["top1"]
@@ -85,7 +85,7 @@ def test_mixed_bfloat16_copy_of_the_trained_model_agrees_with_float32(source):
 
 
 def test_every_tflite_file_has_builtin_ops_only_and_int8_has_no_float_compute(exported):
-    from keras_vit.export import check_ops, litert
+    from keras_vit.export import ExportError, check_ops, litert
 
     out, rows, _ = exported
     for name, row in rows.items():
@@ -98,6 +98,13 @@ def test_every_tflite_file_has_builtin_ops_only_and_int8_has_no_float_compute(ex
             inner = [(op, types) for op, types, at_input, at_output in litert.operators(data)
                      if not (op == "QUANTIZE" and at_input) and not (op == "DEQUANTIZE" and at_output)]  # fmt: skip
             assert all(t in ("int8", "int32") for _, types in inner for t in types), name
+        if row["mode"] == "int8-mixed":
+            floating = {op for op, types, *_ in litert.operators(data) if "float32" in types}
+            assert floating == {"SOFTMAX", "GELU", "RSQRT", "QUANTIZE"}, floating
+            matmuls = [types for op, types, *_ in litert.operators(data) if op in ("FULLY_CONNECTED", "BATCH_MATMUL")]
+            assert matmuls and all(types[:2] == ("int8", "int8") for types in matmuls)
+            with pytest.raises(ExportError, match="computes in float in GELU, QUANTIZE, RSQRT, SOFTMAX"):
+                check_ops(data, "int8")
 
 
 def _matmul_zero_points(model_bytes):
@@ -258,7 +265,7 @@ def test_bad_input_gives_one_line_and_leaves_nothing_half_written(source, run_di
         err = capsys.readouterr().err.strip().splitlines()
         return err[-1]
 
-    assert "choose from float32, float16, dynamic, int8, int16x8" in fails([str(run_dir), "--tflite", str(tmp_path),
+    assert "choose from float32, float16, dynamic, int8, int8-mixed, int16x8" in fails([str(run_dir), "--tflite", str(tmp_path),
                                                                              "--quantize", "int4"])  # fmt: skip
     assert "no such model file" in fails([str(tmp_path / "missing.keras"), "--tflite", str(tmp_path)])
     (tmp_path / "corrupt.keras").write_bytes(b"not a zip")

@@ -1,6 +1,6 @@
 """`keras-vit export`: SavedModel for TF Serving and LiteRT files, checked and reported."""
 
-_MODES = ("float32", "float16", "dynamic", "int8", "int16x8")  # keras_vit.export.MODES (imported lazily)
+_MODES = ("float32", "float16", "dynamic", "int8", "int8-mixed", "int16x8")  # keras_vit.export.MODES (imported lazily)
 
 
 def add_parser(subparsers):
@@ -18,9 +18,10 @@ def add_parser(subparsers):
     parser.add_argument("--saved-model", metavar="DIR", help="TF Serving model base directory")
     parser.add_argument("--tflite", metavar="DIR", help="directory for the .tflite files")
     parser.add_argument("--quantize", nargs="+", metavar="MODE", default=["float32", "int8"],
-                        help="LiteRT modes (default: float32 int8)")  # fmt: skip
+                        help="LiteRT modes (default: float32 int8); int8-mixed computes softmax, GELU "
+                             "and rsqrt in float32: faster on CPUs, not for integer-only accelerators")  # fmt: skip
     parser.add_argument("--io-type", default="float32",
-                        help="input/output type of int8 (float32, int8, uint8) and int16x8 (float32, int16) files")
+                        help="input/output type of int8 and int8-mixed (float32, int8, uint8) and int16x8 (float32, int16) files")
     parser.add_argument("--name", default="vit", help="model name: TF Serving folder and .tflite prefix (vit)")
     parser.add_argument("--version", type=int, help="TF Serving version (default: the next free number)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing version or .tflite file")
