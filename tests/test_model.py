@@ -54,6 +54,20 @@ def test_fused_attention_path_equals_explicit_path():
     assert tuple(probs.shape) == (2, 4, 17, 17)
 
 
+def test_bfloat16_inference_softmax_equals_the_float32_softmax_rounded():
+    # bfloat16 inference on TensorFlow runs the softmax on bf16 logits (no casts): the same
+    # numbers as the float32 softmax that training (dropout 0 here) uses, rounded to bf16.
+    layer = keras_vit.layers.MultiHeadSelfAttention(num_heads=4, dtype="mixed_bfloat16")
+    x = np.random.default_rng(3).standard_normal((2, 50, 64)).astype("float32") * 3
+    inference, training = layer(x, training=False), layer(x, training=True)
+    assert keras.backend.standardize_dtype(inference.dtype) == "bfloat16"
+    np.testing.assert_array_equal(np.asarray(keras.ops.cast(inference, "float32")),
+                                  np.asarray(keras.ops.cast(training, "float32")))  # fmt: skip
+    _, probs = layer(x, return_attention_scores=True)
+    assert keras.backend.standardize_dtype(probs.dtype) == "float32"
+    np.testing.assert_allclose(np.asarray(probs).sum(-1), 1.0, atol=1e-2)
+
+
 def test_headless_model_returns_features():
     model = keras_vit.ViT(tiny_config(num_classes=0, representation_size=40))
     assert tuple(model(images()).shape) == (2, 40)
