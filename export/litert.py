@@ -17,8 +17,8 @@ IO_TYPES = {"int8": ("float32", "int8", "uint8"), "int8-mixed": ("float32", "int
             "int16x8": ("float32", "int16")}  # fmt: skip
 # Ops that int8-mixed computes in float32 (between a DEQUANTIZE and a QUANTIZE): the XNNPACK
 # delegate has no int8 kernels for them (ai-edge-litert 2.3.0), so in an int8 file LiteRT runs
-# them single-threaded and splits XNNPACK's partitions around each. S/16 batch 1, 2 threads:
-# 24-25 ms as int8, 16-17 ms with these in float32 (docs/benchmarks.md).
+# them on its builtin kernels, single-threaded. S/16 batch 1, 2 threads: 24-25 ms as int8,
+# 16-17 ms with these in float32 (docs/benchmarks.md).
 MIXED_FLOAT_OPS = ("SOFTMAX", "GELU", "RSQRT")
 _EDGE_OPS = ("QUANTIZE", "DEQUANTIZE")
 
