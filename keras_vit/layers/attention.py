@@ -14,8 +14,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     `(batch * tokens, D)`. On JAX and PyTorch the attention itself is
     `keras.ops.dot_product_attention` (cuDNN / SDPA fused kernels); on TensorFlow, and
     whenever probabilities are asked for or attention dropout is active, it is written out
-    heads-first with the softmax in float32 (bfloat16 inference on TensorFlow excepted, see
-    `_explicit_attention`).
+    heads-first with the softmax in float32 (except in bfloat16 inference on TensorFlow
+    without returned probabilities, see `_explicit_attention`).
 
     Call with `return_attention_scores=True` to also get the probabilities
     `(batch, heads, tokens, tokens)`.
@@ -58,21 +58,23 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             # TensorFlow: Keras's dot_product_attention is two einsums token-first, with the
             # scale on the (tokens x tokens) logits; heads-first with the scale on q measured
             # 10-15% faster per block on CPU (docs/benchmarks.md).
-            context, probs = self._explicit_attention(qkv, training)
+            context, probs = self._explicit_attention(qkv, training, return_attention_scores)
         else:
             q, k, v = ops.unstack(qkv, axis=2)  # (batch, tokens, heads, head_dim) each
             context, probs = ops.dot_product_attention(q, k, v), None
         out = ops.reshape(self.out(ops.reshape(context, (-1, width))), shape)
-        return (out, ops.cast(probs, "float32")) if return_attention_scores else out
+        return (out, probs) if return_attention_scores else out
 
-    def _explicit_attention(self, qkv, training):
-        """(context (batch, tokens, heads, head_dim), probabilities) from the fused qkv."""
+    def _explicit_attention(self, qkv, training, return_probs):
+        """(context (batch, tokens, heads, head_dim), probabilities) from the fused qkv; the
+        probabilities are float32 in training and when `return_probs`."""
         q, k, v = ops.unstack(ops.transpose(qkv, (2, 0, 3, 1, 4)), axis=0)  # (batch, heads, tokens, head_dim)
         logits = ops.einsum("bhqd,bhkd->bhqk", q * ops.cast(self.head_dim**-0.5, q.dtype), k)
-        # Softmax in float32 for fp16/bf16 safety, except in bfloat16 inference on TensorFlow:
-        # its bf16 softmax kernel equals the float32 one rounded to bf16 (bit for bit, checked
-        # in tests), so the two casts only cost time (S/16 +3%, B/16 +2%, docs/benchmarks.md).
-        bf16_inference = (not training and keras.backend.backend() == "tensorflow"
+        # Softmax in float32 for fp16/bf16 safety, except in bfloat16 inference on TensorFlow
+        # when the probabilities stay inside: its bf16 softmax kernel equals the float32 one
+        # rounded to bf16 (bit for bit, checked in tests), which is what the product with v
+        # reads, so the two casts only cost time (S/16 +3%, B/16 +2%, docs/benchmarks.md).
+        bf16_inference = (not (training or return_probs) and keras.backend.backend() == "tensorflow"
                           and keras.backend.standardize_dtype(logits.dtype) == "bfloat16")
         probs = ops.softmax(logits if bf16_inference else ops.cast(logits, "float32"), axis=-1)
         # A batched matmul, then the swap to token-first: TensorFlow's graph optimizer turns the
