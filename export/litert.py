@@ -12,9 +12,9 @@ from keras_vit.export.source import ExportError
 
 logger = logging.getLogger("keras_vit")
 MODES = ("float32", "float16", "dynamic", "int8", "int8-mixed", "int16x8")
-CALIBRATED = ("int8", "int8-mixed", "int16x8")
 IO_TYPES = {"int8": ("float32", "int8", "uint8"), "int8-mixed": ("float32", "int8", "uint8"),
             "int16x8": ("float32", "int16")}  # fmt: skip
+CALIBRATED = tuple(IO_TYPES)  # the modes with quantised activations (and input/output options)
 # Ops that int8-mixed computes in float32 (between a DEQUANTIZE and a QUANTIZE): the XNNPACK
 # delegate has no int8 kernels for them (ai-edge-litert 2.3.0), so in an int8 file LiteRT runs
 # them on its builtin kernels, single-threaded. S/16 batch 1, 2 threads: 24-25 ms as int8,
