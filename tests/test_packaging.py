@@ -1,3 +1,4 @@
+import configparser
 import importlib
 from pathlib import Path
 
@@ -8,6 +9,19 @@ def test_install_names_map_to_project_folders():
     for name, folder in [("keras_vit", "keras_vit"), ("keras_vit.training", "training"), ("keras_vit.export", "export")]:
         module = importlib.import_module(name)
         assert Path(module.__file__).resolve() == ROOT / folder / "__init__.py"
+
+
+def test_setup_cfg_lists_every_package():
+    """A wheel holds only the packages setup.cfg names (an editable install hides a missing one)."""
+    options = configparser.ConfigParser()
+    options.read(ROOT / "setup.cfg")
+    listed = set(options["options"]["packages"].split())
+    folders = dict(line.split(" = ") for line in options["options"]["package_dir"].strip().splitlines())
+    found = set()
+    for name, folder in folders.items():
+        for init in (ROOT / folder).rglob("__init__.py"):
+            found.add(".".join([name, *init.parent.relative_to(ROOT / folder).parts]))
+    assert found - listed == set() and "keras_vit.checkpoints" in found
 
 
 # The one exception: reading a torch .pth/.bin checkpoint needs torch.load (a file format,
