@@ -54,6 +54,19 @@ def test_fused_attention_path_equals_explicit_path():
     assert tuple(probs.shape) == (2, 4, 17, 17)
 
 
+def test_odd_token_attention_padded_for_cudnn_equals_the_plain_one(monkeypatch):
+    # The GPU-only training path (one masked padding token) gives the same context.
+    from keras_vit.layers import attention
+
+    q, k, v = (keras.ops.convert_to_tensor(np.random.default_rng(i).normal(size=(2, 5, 3, 8)).astype("float32"))
+               for i in range(3))  # fmt: skip
+    plain = attention._fused_attention(q, k, v, training=True)
+    monkeypatch.setattr(attention, "_on_jax_gpu", lambda: True)
+    padded = attention._fused_attention(q, k, v, training=True)
+    assert tuple(padded.shape) == (2, 5, 3, 8)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(padded), keras.ops.convert_to_numpy(plain), atol=1e-6)
+
+
 def test_bfloat16_inference_softmax_equals_the_float32_softmax_rounded():
     # bfloat16 inference on TensorFlow runs the softmax on bf16 logits (no casts): the same
     # numbers as the float32 softmax that training (dropout 0 here) uses, rounded to bf16.

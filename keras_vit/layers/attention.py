@@ -1,5 +1,7 @@
 """Multi-head self-attention with a fused query/key/value projection."""
 
+import functools
+
 import keras
 from keras import ops
 
@@ -61,7 +63,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             context, probs = self._explicit_attention(qkv, training, return_attention_scores)
         else:
             q, k, v = ops.unstack(qkv, axis=2)  # (batch, tokens, heads, head_dim) each
-            context, probs = ops.dot_product_attention(q, k, v), None
+            context, probs = _fused_attention(q, k, v, training), None
         out = ops.reshape(self.out(ops.reshape(context, (-1, width))), shape)
         return (out, probs) if return_attention_scores else out
 
@@ -91,3 +93,25 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             "dropout_rate": self.dropout_rate,
             "use_bias": self.use_bias,
         }
+
+
+def _fused_attention(q, k, v, training):
+    """`keras.ops.dot_product_attention` of (batch, tokens, heads, head_dim) tensors.
+
+    Training on a GPU under JAX pads an odd token count (197 in ViT-B/16) by one token
+    whose key is masked out, and drops its query's row after: JAX's cuDNN flash attention
+    (0.10-0.11) refuses odd lengths in training, and Keras then falls back to XLA's
+    attention, which writes out the (tokens x tokens) probabilities and logs the refusal.
+    """
+    tokens = q.shape[1]
+    if not (training and tokens is not None and tokens % 2 and _on_jax_gpu()):
+        return ops.dot_product_attention(q, k, v)
+    q, k, v = (ops.pad(t, [(0, 0), (0, 1), (0, 0), (0, 0)]) for t in (q, k, v))
+    keys = ops.arange(tokens + 1) < tokens
+    mask = ops.broadcast_to(keys[None, None, None, :], (1, 1, tokens + 1, tokens + 1))
+    return ops.dot_product_attention(q, k, v, mask=mask)[:, :tokens]
+
+
+@functools.cache
+def _on_jax_gpu():
+    return keras.backend.backend() == "jax" and any(d.startswith("gpu") for d in keras.distribution.list_devices())

@@ -38,14 +38,16 @@ class MLP(keras.layers.Layer):
         return ops.reshape(self.dropout(self.fc2(x), training=training), shape)
 
     def _gelu(self, x, training):
-        if training and not self.gelu_approximate and keras.backend.backend() == "tensorflow":
-            # The same exact GELU written with erf, for training on TensorFlow only: TF's GELU
-            # uses erfc, whose bfloat16 kernel is ~6x slower than erf's (29 vs 4.5 ms on a Ti/16
-            # fc1 output, 2 cores), and training cannot fuse it into fc1 anyway (its gradient
-            # needs the pre-activation). mixed_bfloat16 Ti/16 `fit`: +15% (docs/benchmarks.md).
-            # Inference keeps `gelu`, which the graph optimizer fuses into the fc1 matmul.
-            return x * (0.5 + 0.5 * ops.erf(x * math.sqrt(0.5)))
-        return keras.activations.gelu(x, approximate=self.gelu_approximate)
+        fused_tf_inference = keras.backend.backend() == "tensorflow" and not training
+        if self.gelu_approximate or fused_tf_inference:
+            # TensorFlow inference keeps `gelu`, which its graph optimizer fuses into fc1.
+            return keras.activations.gelu(x, approximate=self.gelu_approximate)
+        # The same exact GELU written with erf. TF's and JAX's exact `gelu` use erfc, which
+        # costs a second polynomial branch and an exp: TF's bfloat16 erfc kernel ran ~6x
+        # slower than erf's (Ti/16 fc1 output, 2 CPU cores; mixed_bfloat16 `fit` +15%), and
+        # on an H100 under JAX the erfc fusion took 0.49 ms of a 2.3 ms ViT-B/16 block
+        # (batch 256, bf16 inference). Numbers in docs/benchmarks.md.
+        return x * (0.5 + 0.5 * ops.erf(x * math.sqrt(0.5)))
 
     def compute_output_shape(self, input_shape):
         return input_shape
