@@ -1,33 +1,37 @@
 """Inference throughput: keras_vit and keras-hub through Keras (`predict_on_batch`), timm
-through torch (eager, and `torch.compile` with freezing); float32 and bfloat16."""
+through torch (eager, and `torch.compile` with freezing); float32 and bfloat16; the batch
+already on the GPU where there is one."""
 
 import functools
 
 import numpy as np
 
-from keras_vit.benchmark import models
+from keras_vit.benchmark import accelerator, models
 from keras_vit.benchmark.timing import interleaved_medians, rate, seconds
 
 
 def timm_step(module, images, mode):
-    """A zero-argument forward of a timm module on `images` (NHWC, 0-255). `mode`:
-    "eager", "compile" (torch.compile after freezing: inference graph, constants folded),
-    "eager_bf16" or "compile_bf16" (CPU autocast to bfloat16)."""
+    """A zero-argument forward of a timm module on `images` (NHWC, 0-255), on the GPU when
+    torch sees one. `mode`: "eager", "compile" (torch.compile after freezing: inference
+    graph, constants folded), "eager_bf16" or "compile_bf16" (autocast to bfloat16)."""
     import torch
 
-    batch = torch.from_numpy(np.ascontiguousarray(images.transpose(0, 3, 1, 2) / 255.0, dtype="float32"))
-    module = module.eval()
+    device = accelerator.torch_device()
+    batch = torch.from_numpy(np.ascontiguousarray(images.transpose(0, 3, 1, 2) / 255.0, dtype="float32")).to(device)
+    module = module.eval().to(device)
     forward = module
     if mode.startswith("compile"):
         import torch._inductor.config as inductor
 
         inductor.freezing = True
         forward = torch.compile(module)
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=mode.endswith("bf16"))
+    autocast = torch.autocast(device, dtype=torch.bfloat16, enabled=mode.endswith("bf16"))
 
     def step():
         with torch.inference_mode(), autocast:
-            return forward(batch)
+            logits = forward(batch)
+        accelerator.synchronize(device)
+        return logits
 
     return step
 
@@ -49,6 +53,7 @@ def run_case(case, against, repeats, log):
     pool = rng.uniform(0, 255, (max(batch, case.get("agreement_images", batch)),) + tuple(config.image_size) + (3,))
     pool = pool.astype("float32")
     images = pool[:batch]
+    on_device = keras.ops.convert_to_tensor(images)  # on the GPU if there is one, as timm's batch is
     flops = models.forward_flops(config) * batch
     rows, steps, source, reference = [], [], None, None
     for implementation in ("keras_vit",) + tuple(a for a in against if a != "timm"):
@@ -63,7 +68,7 @@ def run_case(case, against, repeats, log):
                 elif ours:
                     model.set_weights(source.get_weights())
                 model.compile(jit_compile=compiler == "xla")
-                step = functools.partial(model.predict_on_batch, images)
+                step = functools.partial(model.predict_on_batch, on_device)
                 row = dict(case=case["name"], implementation=implementation, mode=dtype, compiler=compiler,
                            first_call_s=seconds(step)[0])  # fmt: skip
                 if ours and dtype == "float32" and reference is None:

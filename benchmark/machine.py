@@ -1,4 +1,4 @@
-"""The machine a benchmark ran on: CPU, threads, library versions, measured FP32 FMA peak."""
+"""The machine a benchmark ran on: CPU, threads, library versions, measured FP32 FMA peak, GPU."""
 
 import ctypes
 import os
@@ -9,6 +9,8 @@ import tempfile
 import time
 from importlib import metadata
 from pathlib import Path
+
+from keras_vit.benchmark import accelerator
 
 # Twelve independent FMA chains per thread keep both FMA pipes busy despite the 4-cycle
 # latency; the result is summed and returned so the compiler cannot drop the loop.
@@ -105,10 +107,12 @@ def versions(*packages):
     return found
 
 
-def describe(threads):
-    """What `docs/benchmarks.md` records about the machine."""
+def describe(threads, backend=None):
+    """What `docs/benchmarks.md` records about the machine: the CPU, and the GPU that the
+    Keras `backend` runs on (None without one)."""
     flags = cpu_flags()
     return {
+        "accelerator": accelerator.describe(backend),
         "cpu": cpu_name(),
         "cores_visible": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "threads": threads,

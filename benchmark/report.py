@@ -6,9 +6,9 @@ _COLUMNS = {
     "inference": (("images/s", "images_per_s", "{:.2f}"), ("GFLOP/s", "gflops_per_s", "{:.0f}"),
                   ("first call s", "first_call_s", "{:.1f}"), ("top-1 agreement", "agreement_with_float32", "{:.3f}"),
                   ("of images", "agreement_images", "{:d}"), ("max logit error", "max_logit_error", "{:.3f}"),
-                  ("top-2 gap < 2x error", "near_ties", "{:.3f}")),
+                  ("top-2 gap < 2x error", "near_ties", "{:.3f}"), ("MFU", "mfu", "{:.1%}")),
     "training": (("images/s", "images_per_s", "{:.2f}"), ("GFLOP/s", "gflops_per_s", "{:.0f}"),
-                 ("first step s", "first_step_s", "{:.1f}")),
+                 ("first step s", "first_step_s", "{:.1f}"), ("MFU", "mfu", "{:.1%}")),
     "litert": (("latency ms", "latency_ms", "{:.1f}"), ("size kB", "size_kb", "{:.0f}"),
                ("ops not on XNNPACK", "undelegated_ops", "{}")),
     "pipeline": (("images/s", "images_per_s", "{:.0f}"),),
@@ -29,8 +29,12 @@ def markdown(result):
         "",
         "Versions: " + ", ".join(f"{k} {v}" for k, v in result["versions"].items()) + ".",
     ]
+    gpu = info.get("accelerator")
+    if gpu:
+        lines[2] += (f" GPU: {gpu['name']}, measured bf16 matmul {gpu['bf16_matmul_tflops']:.0f} TFLOP/s "
+                     "(MFU: model FLOP/s over it).")  # fmt: skip
     for kind, rows in result["results"].items():
-        columns = _COLUMNS[kind]
+        columns = [c for c in _COLUMNS[kind] if any(row.get(c[1]) is not None for row in rows)]
         lines += ["", f"### {kind}", "", "| case | implementation | mode | " + " | ".join(c[0] for c in columns) + " |",
                   "|---|---|---|" + "".join("---|" if c[2] == "{}" else "---:|" for c in columns)]  # fmt: skip
         for row in rows:

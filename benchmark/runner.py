@@ -12,7 +12,7 @@ PACKAGES = ("keras", "tensorflow-cpu", "tensorflow", "jax", "keras-hub", "torch"
 
 
 def run_suite(name="quick", against=COMPETITORS, kinds=suite.KINDS, repeats=5, threads=2, out=None, log=print):
-    """Runs suite `name` ("quick" or "full") on the current Keras backend; returns the result
+    """Runs suite `name` ("quick", "full" or "gpu") on the current Keras backend; returns the result
     dict (and writes it as JSON to `out`). Call `timing.pin_threads(threads)` before Keras is
     imported for the thread count to hold."""
     import keras
@@ -28,16 +28,20 @@ def run_suite(name="quick", against=COMPETITORS, kinds=suite.KINDS, repeats=5, t
     if backend != "tensorflow":  # LiteRT, tf.data and keras-hub-on-TF need TensorFlow
         kinds = tuple(k for k in kinds if k in ("inference", "training"))
         against = tuple(a for a in against if a == "timm")
-    info = machine.describe(threads)
+    info = machine.describe(threads, backend)
     result = dict(suite=name, backend=backend, date=datetime.date.today().isoformat(), machine=info,
                   versions=machine.versions(*PACKAGES), repeats=repeats, results={})  # fmt: skip
     for kind in kinds:
         module = importlib.import_module(f"keras_vit.benchmark.{kind}")
         rows = []
-        for case in suite.SUITES[name][kind]:
+        for case in suite.SUITES[name].get(kind, []):
             rows += module.run_case(case, tuple(against), repeats, log)
+        if info["accelerator"]:  # model-FLOPs utilisation, against the GPU's measured bf16 matmul rate
+            for row in rows:
+                row["mfu"] = row["gflops_per_s"] / 1e3 / info["accelerator"]["bf16_matmul_tflops"]
         result["results"][kind] = rows
-    result["targets"] = suite.targets(result["results"], name, info["fp32_fma_peak_gflops"])
+    cpu_peak = None if info["accelerator"] else info["fp32_fma_peak_gflops"]  # the rows ran on the GPU
+    result["targets"] = suite.targets(result["results"], name, cpu_peak)
     if out is not None:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text(json.dumps(result, indent=2) + "\n")

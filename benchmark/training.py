@@ -6,7 +6,7 @@ import time
 
 import numpy as np
 
-from keras_vit.benchmark import models
+from keras_vit.benchmark import accelerator, models
 from keras_vit.benchmark.timing import interleaved_medians, rate, seconds
 
 
@@ -23,17 +23,19 @@ def keras_training(model, batch, steps_per_repeat, jit_compile=True):
     model.compile(optimizer=keras.optimizers.AdamW(1e-4, weight_decay=0.05),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=jit_compile)  # fmt: skip
     model.optimizer.build(model.trainable_variables)  # as the training app does: one trace of the first step
+    on_device = None if keras.backend.backend() == "tensorflow" else tuple(map(keras.ops.convert_to_tensor, (x, y)))
 
     def fit(steps):
         # One batch repeated: the first step is the trace/compile and one step, without converting
         # a whole epoch of arrays first. tf.data where TensorFlow is installed (keras-hub's `fit`
-        # takes no generators), a generator on JAX-only machines.
+        # takes no generators), else a generator of the batch already on the device (on a GPU,
+        # as timm's is).
         try:
             import tensorflow as tf
 
             data = tf.data.Dataset.from_tensors((x, y)).repeat(steps)
         except ImportError:
-            data = ((x, y) for _ in range(steps))
+            data = (on_device for _ in range(steps))
         ends = []
         timer = keras.callbacks.LambdaCallback(on_train_batch_end=lambda *_, **__: ends.append(time.perf_counter()))
         start = time.perf_counter()
@@ -49,18 +51,19 @@ def keras_training(model, batch, steps_per_repeat, jit_compile=True):
 
 
 def timm_training(module, config, batch, steps_per_repeat, mode):
-    """(seconds of the first step, measure) of a torch AdamW loop on a timm module: `measure()`
-    times `steps_per_repeat` steps and returns images/s. `mode` is "eager", "compile",
-    "eager_bf16" or "compile_bf16"."""
+    """(seconds of the first step, measure) of a torch AdamW loop on a timm module, on the GPU
+    when torch sees one: `measure()` times `steps_per_repeat` steps and returns images/s.
+    `mode` is "eager", "compile", "eager_bf16" or "compile_bf16"."""
     import torch
 
-    module = module.train()
+    device = accelerator.torch_device()
+    module = module.train().to(device)
     forward = torch.compile(module) if mode.startswith("compile") else module
     optimizer = torch.optim.AdamW(module.parameters(), lr=1e-4, weight_decay=0.05)
     rng = np.random.default_rng(0)
     x = torch.from_numpy(rng.uniform(0, 1, (batch, config.channels) + tuple(config.image_size)).astype("float32"))
-    y = torch.from_numpy(rng.integers(0, config.num_classes, batch))
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=mode.endswith("bf16"))
+    x, y = x.to(device), torch.from_numpy(rng.integers(0, config.num_classes, batch)).to(device)
+    autocast = torch.autocast(device, dtype=torch.bfloat16, enabled=mode.endswith("bf16"))
 
     def step():
         optimizer.zero_grad(set_to_none=True)
@@ -68,6 +71,7 @@ def timm_training(module, config, batch, steps_per_repeat, mode):
             loss = torch.nn.functional.cross_entropy(forward(x), y)
         loss.backward()
         optimizer.step()
+        accelerator.synchronize(device)
 
     first, _ = seconds(step)
     step()  # one more before timing, as for Keras

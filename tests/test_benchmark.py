@@ -129,6 +129,31 @@ def test_markdown_lists_rows_and_targets():
     text = report.markdown(result)
     assert "| c | keras_vit | int8 | 1.5 | 10 |" in text and "| t | 0.500 | 0.35 | NO |" in text
     assert "FP32 FMA peak 100 GFLOP/s" in text
+    assert "GPU:" not in text and "MFU" not in text  # no GPU: no MFU column
+
+
+def test_gpu_rows_get_model_flops_utilisation(monkeypatch):
+    # A GPU run (faked): MFU against the GPU's matmul rate, the GPU in the Markdown, and no
+    # CPU-peak target for figures that came from the GPU.
+    from keras_vit.benchmark import accelerator, runner
+
+    monkeypatch.setitem(suite.SUITES, "tiny-gpu", {
+        "inference": [dict(name="B/16-like tiny", model=TINY, batch=4, dtypes=("float32",), timm_modes=())],
+        "training": [dict(name="tiny training", model=TINY, batch=4, steps_per_repeat=1, dtypes=("float32",),
+                          timm_modes=())]})  # fmt: skip
+    monkeypatch.setattr(accelerator, "describe", lambda backend: dict(name="Fake GPU", bf16_matmul_tflops=0.5))
+    result = runner.run_suite("tiny-gpu", against=(), kinds=("inference", "training"), repeats=5, log=lambda row: None)
+    rows = result["results"]["inference"] + result["results"]["training"]
+    assert [r["mfu"] for r in rows] == [pytest.approx(r["gflops_per_s"] / 500.0) for r in rows]
+    assert not [t for t in result["targets"] if "FMA peak" in t["target"]]
+    text = report.markdown(result)
+    assert "GPU: Fake GPU, measured bf16 matmul 0 TFLOP/s" in text and "| MFU |" in text
+
+
+def test_gpu_suite_holds_the_issue_case():
+    (training_case,) = suite.SUITES["gpu"]["training"]
+    assert training_case["model"] == "vit_b16" and training_case["batch"] == 256
+    assert "compile_bf16" in training_case["timm_modes"] and "litert" not in suite.SUITES["gpu"]
 
 
 @pytest.mark.tensorflow_only

@@ -10,12 +10,14 @@ def add_parser(subparsers):
         description="Run a benchmark suite in one process: inference throughput (float32 and mixed_bfloat16), "
         "model.fit training throughput with AdamW and the first step's time, LiteRT batch-1 latency of the export "
         "modes, and the training input pipeline's rate. keras-hub runs the same architecture on the same Keras "
-        "backend, timm on torch CPU (eager and torch.compile, float32 and bfloat16). Every figure is the median of "
+        "backend, timm on torch (eager and torch.compile, float32 and bfloat16; on the GPU when torch sees one). Every "
+        "figure is the median of "
         "--repeats timed runs after warm-up, with the threads pinned; within a case every model stays loaded and "
         "is timed in rounds (each once per round), so load on a shared machine falls on all alike, and the case's "
         "rows print when its rounds end. The JSON result lists the machine (with its "
         "measured FP32 FMA peak), versions and the targets met. `quick` takes minutes; `full` (ViT-S/16, B/16, "
-        "Ti/16 and a CIFAR-size model) about half an hour on 2 cores.",
+        "Ti/16 and a CIFAR-size model) about half an hour on 2 cores; `gpu` (batch 256, ViT-B/16 training) is for a "
+        "GPU under KERAS_BACKEND=jax and adds model-FLOPs utilisation against the GPU's measured bf16 matmul rate.",
     )
     parser.add_argument("--suite", choices=tuple(SUITES), default="quick", help="which cases to run (default: quick)")
     parser.add_argument("--against", default="keras-hub,timm",
@@ -39,9 +41,10 @@ def run(args):
         raise CommandError(f"unknown kind {unknown[0] if unknown else ''!r}; choose from {', '.join(KINDS)}.")
     if args.threads < 1:
         raise CommandError("--threads must be positive.")
-    from keras_vit.benchmark import markdown, pin_threads, run_suite
+    from keras_vit.benchmark import markdown, pin_threads, run_suite, share_gpu
 
-    pin_threads(args.threads)  # run_suite checks --against and --repeats (a ValueError: one line, exit 2)
+    pin_threads(args.threads)
+    share_gpu()  # run_suite checks --against and --repeats (a ValueError: one line, exit 2)
     result = run_suite(args.suite, against=against, kinds=kinds, repeats=args.repeats, threads=args.threads,
                        out=args.out, log=_progress)  # fmt: skip
     table = markdown(result)
