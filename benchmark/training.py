@@ -23,7 +23,7 @@ def keras_training(model, batch, steps_per_repeat, jit_compile=True):
     model.compile(optimizer=keras.optimizers.AdamW(1e-4, weight_decay=0.05),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=jit_compile)  # fmt: skip
     model.optimizer.build(model.trainable_variables)  # as the training app does: one trace of the first step
-    on_device = None if keras.backend.backend() == "tensorflow" else tuple(map(keras.ops.convert_to_tensor, (x, y)))
+    on_device = tuple(map(keras.ops.convert_to_tensor, (x, y)))  # on the GPU if there is one
 
     def fit(steps):
         # One batch repeated: the first step is the trace/compile and one step, without converting
