@@ -25,9 +25,8 @@ def run_suite(name="quick", against=COMPETITORS, kinds=suite.KINDS, repeats=5, t
     if repeats < 5:
         raise ValueError(f"repeats must be at least 5 (the median of >= 5 timed runs); got {repeats}.")
     backend = keras.backend.backend()
-    if backend != "tensorflow":  # LiteRT, tf.data and keras-hub-on-TF need TensorFlow
+    if backend != "tensorflow":  # LiteRT and the tf.data pipeline need TensorFlow
         kinds = tuple(k for k in kinds if k in ("inference", "training"))
-        against = tuple(a for a in against if a == "timm")
     info = machine.describe(threads, backend)
     result = dict(suite=name, backend=backend, date=datetime.date.today().isoformat(), machine=info,
                   versions=machine.versions(*PACKAGES), repeats=repeats, results={})  # fmt: skip

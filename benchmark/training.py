@@ -27,19 +27,20 @@ def keras_training(model, batch, steps_per_repeat, jit_compile=True):
 
     def fit(steps):
         # One batch repeated: the first step is the trace/compile and one step, without converting
-        # a whole epoch of arrays first. tf.data where TensorFlow is installed (keras-hub's `fit`
-        # takes no generators), else a generator of the batch already on the device (on a GPU,
-        # as timm's is).
+        # a whole epoch of arrays first. tf.data where TensorFlow is installed, else a generator
+        # of the batch already on the device (on a GPU, as timm's is) through Keras's own `fit`:
+        # keras-hub's `fit` maps its preprocessor (None here) with tf.data or grain, and takes no
+        # generators.
         try:
             import tensorflow as tf
 
-            data = tf.data.Dataset.from_tensors((x, y)).repeat(steps)
+            data, run_fit = tf.data.Dataset.from_tensors((x, y)).repeat(steps), model.fit
         except ImportError:
-            data = (on_device for _ in range(steps))
+            data, run_fit = (on_device for _ in range(steps)), functools.partial(keras.Model.fit, model)
         ends = []
         timer = keras.callbacks.LambdaCallback(on_train_batch_end=lambda *_, **__: ends.append(time.perf_counter()))
         start = time.perf_counter()
-        model.fit(data, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=[timer])
+        run_fit(data, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=[timer])
         return start, ends
 
     def measure():

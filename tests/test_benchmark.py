@@ -1,6 +1,7 @@
 """The benchmark suite: FLOP counts, targets from rows, every kind run on a tiny model, CLI."""
 
 import json
+import sys
 
 import keras
 import pytest
@@ -86,6 +87,17 @@ def test_inference_and_training_rows_on_a_tiny_model():
     rows = training.run_case(case, ("timm",), repeats=5, log=lambda row: None)
     assert [(r["implementation"], r.get("compiler")) for r in rows] == [
         ("keras_vit", "xla"), ("keras_vit", "graph"), ("timm", None)]  # fmt: skip
+    assert all(r["images_per_s"] > 0 and r["first_step_s"] > 0 for r in rows)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "jax", reason="the no-TensorFlow path of the GPU machine (JAX)")
+def test_training_rows_without_tensorflow(monkeypatch):
+    # As on the GPU machine, where TensorFlow is not installed: a generator of on-device batches
+    # and Keras's own `fit` (keras-hub's maps its preprocessor with tf.data or grain).
+    monkeypatch.setitem(sys.modules, "tensorflow", None)
+    case = dict(name="tiny", model=TINY, batch=4, steps_per_repeat=1, dtypes=("mixed_bfloat16",), timm_modes=())
+    rows = training.run_case(case, ("keras-hub",), repeats=5, log=lambda row: None)
+    assert [r["implementation"] for r in rows] == ["keras_vit", "keras-hub"]
     assert all(r["images_per_s"] > 0 and r["first_step_s"] > 0 for r in rows)
 
 
