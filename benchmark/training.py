@@ -23,20 +23,21 @@ def keras_training(model, batch, steps_per_repeat, jit_compile=True):
     model.compile(optimizer=keras.optimizers.AdamW(1e-4, weight_decay=0.05),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=jit_compile)  # fmt: skip
     model.optimizer.build(model.trainable_variables)  # as the training app does: one trace of the first step
-    on_device = tuple(map(keras.ops.convert_to_tensor, (x, y)))  # on the GPU if there is one
+    # One batch repeated: the first step is the trace/compile and one step, without converting
+    # a whole epoch of arrays first. tf.data where TensorFlow is installed, else a generator of
+    # the batch already on the device (on a GPU, as timm's is) through Keras's own `fit`:
+    # keras-hub's `fit` maps its preprocessor (None here) with tf.data or grain, and takes no
+    # generators.
+    try:
+        import tensorflow as tf
+
+        batches, run_fit = (lambda steps: tf.data.Dataset.from_tensors((x, y)).repeat(steps)), model.fit
+    except ImportError:
+        on_device = tuple(map(keras.ops.convert_to_tensor, (x, y)))
+        batches, run_fit = (lambda steps: (on_device for _ in range(steps))), functools.partial(keras.Model.fit, model)
 
     def fit(steps):
-        # One batch repeated: the first step is the trace/compile and one step, without converting
-        # a whole epoch of arrays first. tf.data where TensorFlow is installed, else a generator
-        # of the batch already on the device (on a GPU, as timm's is) through Keras's own `fit`:
-        # keras-hub's `fit` maps its preprocessor (None here) with tf.data or grain, and takes no
-        # generators.
-        try:
-            import tensorflow as tf
-
-            data, run_fit = tf.data.Dataset.from_tensors((x, y)).repeat(steps), model.fit
-        except ImportError:
-            data, run_fit = (on_device for _ in range(steps)), functools.partial(keras.Model.fit, model)
+        data = batches(steps)
         ends = []
         timer = keras.callbacks.LambdaCallback(on_train_batch_end=lambda *_, **__: ends.append(time.perf_counter()))
         start = time.perf_counter()
