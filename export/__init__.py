@@ -9,9 +9,10 @@ Installed as `keras_vit.export` (see `package_dir` in setup.cfg). TensorFlow-onl
 """
 
 from keras_vit.export.exporter import export
+from keras_vit.export.frozen import freeze
 from keras_vit.export.litert import MODES, LiteRTModel, check_ops, convert, keras_module
 from keras_vit.export.serving import save_serving_model
 from keras_vit.export.source import ExportError, ExportSource, load_source
 
-__all__ = ["MODES", "ExportError", "ExportSource", "LiteRTModel", "check_ops", "convert", "export", "keras_module",
-           "load_source", "save_serving_model"]  # fmt: skip
+__all__ = ["MODES", "ExportError", "ExportSource", "LiteRTModel", "check_ops", "convert", "export", "freeze",
+           "keras_module", "load_source", "save_serving_model"]  # fmt: skip

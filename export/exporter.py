@@ -20,7 +20,7 @@ LATENCY_NOTE = "median of 20 batch-1 runs (LiteRT: ai_edge_litert, {threads} thr
 
 def export(source, saved_model_dir=None, tflite_dir=None, modes=("float32", "int8"), io_type="float32", name="vit",
            version=None, overwrite=False, qat_epochs=0, prune=None, cluster=None, finetune_epochs=2,
-           report_dir=None, threads=2):  # fmt: skip
+           report_dir=None, threads=2, freeze=False):  # fmt: skip
     """Exports `source` (an `ExportSource`) and returns the report (also written as
     `export_report.json`/`.md` to `report_dir`, default the TFLite or SavedModel directory).
 
@@ -28,7 +28,8 @@ def export(source, saved_model_dir=None, tflite_dir=None, modes=("float32", "int
     input/output type of the int8, int8-mixed and int16x8 files. `prune` (sparsity) and `cluster` (number
     of clusters): fine-tuned `finetune_epochs` through the tfmot bridge, exported as float32
     and, if "int8" is among `modes`, int8. `qat_epochs`: quantisation-aware fine-tuning,
-    exported as full-integer int8."""
+    exported as full-integer int8. `freeze`: the SavedModel holds its weights as graph
+    constants (see `keras_vit.export.frozen`)."""
     modes = tuple(modes)
     unknown = [m for m in modes if m not in litert.MODES]
     if unknown:
@@ -38,6 +39,8 @@ def export(source, saved_model_dir=None, tflite_dir=None, modes=("float32", "int
         raise ExportError(f"unknown input/output type {io_type!r}; choose from {', '.join(sorted(io_types))}.")
     if not saved_model_dir and not tflite_dir:
         raise ExportError("nothing to export: give a SavedModel directory, a TFLite directory or both.")
+    if freeze and not saved_model_dir:
+        raise ExportError("freezing applies to the SavedModel: give a SavedModel directory.")
     if (qat_epochs or prune or cluster) and not tflite_dir:
         raise ExportError("QAT, pruning and clustering produce LiteRT files: give a TFLite directory.")
     plan = _tflite_plan(name, modes, qat_epochs, prune, cluster) if tflite_dir else []
@@ -59,8 +62,9 @@ def export(source, saved_model_dir=None, tflite_dir=None, modes=("float32", "int
         rows += _export_tflite(source, plan, values, Path(tflite_dir), name, io_type, images, labels, reference,
                                threads, finetune_epochs)  # fmt: skip
     if saved_model_dir:
-        target = serving.save_serving_model(source, saved_model_dir, name=name, version=version, overwrite=overwrite)
-        rows.insert(0, _measure_saved_model(target, images, labels, reference))
+        target = serving.save_serving_model(source, saved_model_dir, name=name, version=version, overwrite=overwrite,
+                                            freeze=freeze)  # fmt: skip
+        rows.insert(0, _measure_saved_model(target, images, labels, reference, freeze))
     result = {
         "model": name,
         "num_eval": int(len(images)),
@@ -147,7 +151,7 @@ def _held_out(source):
     raise ExportError("no images to check the exports on: export a run directory or pass --dataset.")
 
 
-def _measure_saved_model(target, images, labels, reference):
+def _measure_saved_model(target, images, labels, reference, frozen):
     import tensorflow as tf
 
     signature = tf.saved_model.load(str(target)).signatures[serving.IMAGES_SIGNATURE]
@@ -161,7 +165,8 @@ def _measure_saved_model(target, images, labels, reference):
         start = time.perf_counter()
         signature(images=one)
         times.append(time.perf_counter() - start)
-    return report.measure(f"{target.parent.name}/{target.name} (SavedModel)", "saved_model", target, None,
+    kind = "SavedModel, frozen" if frozen else "SavedModel"
+    return report.measure(f"{target.parent.name}/{target.name} ({kind})", "saved_model", target, None,
                           probabilities, reference, labels, 1000 * float(np.median(times)))  # fmt: skip
 
 

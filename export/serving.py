@@ -1,6 +1,7 @@
 """SavedModel for TF Serving: `DIR/<name>/<version>/` with two signatures, the label names
 as an asset, a warm-up file and a `models.config` snippet."""
 
+import functools
 import logging
 import shutil
 import tempfile
@@ -9,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
+from keras_vit.export import frozen
 from keras_vit.export.source import ExportError
 
 logger = logging.getLogger("keras_vit")
@@ -18,16 +20,20 @@ IMAGES_SIGNATURE, BYTES_SIGNATURE = "serving_default", "serve_image_bytes"
 
 class ServingModule(tf.Module):
     """The serving graph: float pixels or encoded JPEG/PNG bytes in, class probabilities
-    and the top-k scores, class indices and label names out."""
+    and the top-k scores, class indices and label names out. `freeze`: the weights become
+    graph constants instead of variables (`keras_vit.export.frozen.freeze`)."""
 
-    def __init__(self, model, labels_file, crop=1.0, top_k=5):
+    def __init__(self, model, labels_file, crop=1.0, top_k=5, freeze=False):
         super().__init__()
         from keras_vit.training import pipeline
 
-        self._model = model
-        # Keras 3 variables are not tracked by tf.Module; list their tf.Variables so the
-        # SavedModel (and the converter reading it) holds the weights.
-        self._weights = [v.value for v in model.variables]
+        if freeze:
+            self._forward = frozen.freeze(model)
+        else:
+            # Keras 3 variables are not tracked by tf.Module; list their tf.Variables so the
+            # SavedModel (and the converter reading it) holds the weights.
+            self._weights = [v.value for v in model.variables]
+            self._forward = functools.partial(model, training=False)
         self._labels_file = tf.saved_model.Asset(str(labels_file))
         initializer = tf.lookup.TextFileInitializer(
             self._labels_file, tf.int64, tf.lookup.TextFileIndex.LINE_NUMBER,
@@ -44,7 +50,7 @@ class ServingModule(tf.Module):
             self._serve_image_bytes, input_signature=[tf.TensorSpec((None,), tf.string, "image_bytes")])
 
     def probabilities(self, images):
-        return tf.nn.softmax(tf.cast(self._model(images, training=False), tf.float32), axis=-1)
+        return tf.nn.softmax(tf.cast(self._forward(images), tf.float32), axis=-1)
 
     def _outputs(self, images):
         probabilities = self.probabilities(images)
@@ -68,10 +74,12 @@ class ServingModule(tf.Module):
         return self._outputs(tf.map_fn(decode, image_bytes, fn_output_signature=spec))
 
 
-def save_serving_model(source, directory, name="vit", version=None, overwrite=False, top_k=5, warmup=True):
+def save_serving_model(source, directory, name="vit", version=None, overwrite=False, top_k=5, warmup=True,
+                       freeze=False):  # fmt: skip
     """Writes `directory/<name>/<version>/` (version: the next free number unless
     given; an existing version is replaced only with `overwrite`) and
-    `directory/models.config`. Returns the version directory."""
+    `directory/models.config`. `freeze`: weights as graph constants (faster on CPU, graphs
+    up to 2 GiB; see `keras_vit.export.frozen`). Returns the version directory."""
     base = Path(directory) / name
     existing = sorted(int(p.name) for p in base.glob("*") if p.name.isdigit()) if base.is_dir() else []
     version = (existing[-1] + 1 if existing else 1) if version is None else int(version)
@@ -87,7 +95,7 @@ def save_serving_model(source, directory, name="vit", version=None, overwrite=Fa
         with tempfile.TemporaryDirectory() as scratch:
             labels_file = Path(scratch) / "labels.txt"
             labels_file.write_text("\n".join(source.labels) + "\n")
-            module = ServingModule(source.model, labels_file, crop=source.crop, top_k=top_k)
+            module = ServingModule(source.model, labels_file, crop=source.crop, top_k=top_k, freeze=freeze)
             signatures = {IMAGES_SIGNATURE: module.serve_images, BYTES_SIGNATURE: module.serve_image_bytes}
             tf.saved_model.save(module, str(staging), signatures=signatures)
         if warmup:

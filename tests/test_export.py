@@ -256,6 +256,52 @@ def test_serving_layout_versions_warmup_and_models_config(source, exported, tmp_
     assert sorted(p.name for p in (target / "vit").iterdir()) == ["1", "2"]  # no staging left behind
 
 
+def test_frozen_saved_model_holds_no_variables_and_serves_what_keras_predicts(source, tmp_path):
+    import tensorflow as tf
+
+    from keras_vit.export import freeze, save_serving_model
+
+    images = source.eval_images[:7].astype(np.float32)
+    expected = keras_probabilities(source.model, images)
+    forward = freeze(source.model)
+    for batch in (images[:1], images):  # any batch size
+        np.testing.assert_allclose(tf.nn.softmax(forward(tf.constant(batch))).numpy(), expected[: len(batch)], atol=1e-6)
+
+    weights = {}
+    for frozen in (False, True):
+        target = save_serving_model(source, tmp_path / str(frozen), freeze=frozen, warmup=False)
+        weights[frozen] = [name for name, _ in tf.train.list_variables(str(target / "variables" / "variables"))
+                           if "OBJECT_GRAPH" not in name]  # fmt: skip
+        loaded = tf.saved_model.load(str(target))
+        pixels = loaded.signatures["serving_default"](images=tf.constant(images))["probabilities"].numpy()
+        np.testing.assert_allclose(pixels, expected, atol=1e-5)
+        png = tf.constant([tf.io.encode_png(np.round(i).astype(np.uint8)).numpy() for i in images[:2]])
+        decoded = loaded.signatures["serve_image_bytes"](image_bytes=png)["probabilities"].numpy()
+        np.testing.assert_allclose(decoded, keras_probabilities(source.model, np.round(images[:2])), atol=1e-4)
+    assert len(weights[False]) >= len(source.model.weights) and weights[True] == []
+
+
+def test_frozen_mixed_bfloat16_model_equals_its_graph_and_bad_models_fail_clearly(source, monkeypatch):
+    import tensorflow as tf
+
+    from keras_vit.export import ExportError, frozen
+    from keras_vit.model import ViT
+
+    half = ViT(source.model.config, dtype="mixed_bfloat16")
+    half.set_weights(source.model.get_weights())
+    images = tf.constant(source.eval_images[:16].astype(np.float32))
+    graph = tf.function(lambda x: half(x, training=False))
+    np.testing.assert_array_equal(frozen.freeze(half)(images).numpy(), graph(images).numpy())
+
+    a, b = keras.Input((4,)), keras.Input((4,))
+    two = keras.Model([a, b], keras.layers.Add()([a, b]))
+    with pytest.raises(ExportError, match="one image input"):
+        frozen.freeze(two)
+    monkeypatch.setattr(frozen, "MAX_FROZEN_BYTES", 1000)
+    with pytest.raises(ExportError, match="limited to 2 GiB"):
+        frozen.freeze(source.model)
+
+
 def test_bad_input_gives_one_line_and_leaves_nothing_half_written(source, run_dir, tmp_path, capsys, monkeypatch):
     from keras_vit.cli import main
     from keras_vit.export import ExportError, ExportSource, export, litert
@@ -271,6 +317,7 @@ def test_bad_input_gives_one_line_and_leaves_nothing_half_written(source, run_di
     (tmp_path / "corrupt.keras").write_bytes(b"not a zip")
     assert "not a readable .keras model" in fails([str(tmp_path / "corrupt.keras"), "--tflite", str(tmp_path / "t")])
     assert "nothing to export" in fails([str(run_dir)])
+    assert "freezing applies to the SavedModel" in fails([str(run_dir), "--tflite", str(tmp_path), "--freeze"])
 
     with pytest.raises(ExportError, match=r"must be \(N, 16, 16, 3\)"):
         ExportSource(source.model, source.labels, calibration_images=np.zeros((4, 32, 32, 3)))
