@@ -1,6 +1,7 @@
-"""Inference throughput: keras_vit and keras-hub through Keras (`predict_on_batch`), timm
-through torch (eager, and `torch.compile` with freezing); float32 and bfloat16; the batch
-already on the GPU where there is one."""
+"""Inference throughput: keras_vit and keras-hub through Keras (`predict_on_batch`, compiled
+with XLA or as a TensorFlow graph) or as a frozen TensorFlow graph, timm through torch (eager,
+and `torch.compile` with freezing); float32 and bfloat16; the batch already on the GPU where
+there is one."""
 
 import functools
 
@@ -36,6 +37,29 @@ def timm_step(module, images, mode):
     return step
 
 
+def keras_forward(model, compiler, batch):
+    """`(step, predict)` of a Keras model: `step()` one forward of `batch`, `predict(images,
+    batch_size)` float32 logits. `compiler`: "xla" or "graph" (Keras's `jit_compile`), or
+    "frozen" (TensorFlow only: the graph with the weights as constants, as `keras-vit export
+    --freeze` serves it; `keras_vit.export.freeze`)."""
+    if compiler != "frozen":
+        model.compile(jit_compile=compiler == "xla")
+        return functools.partial(model.predict_on_batch, batch), functools.partial(model.predict, verbose=0)
+    import keras
+
+    if keras.backend.backend() != "tensorflow":
+        raise ValueError(f"the frozen mode needs the TensorFlow backend, not {keras.backend.backend()}.")
+    from keras_vit.export.frozen import freeze
+
+    forward = freeze(model)
+
+    def predict(images, batch_size):
+        parts = [forward(images[i : i + batch_size]).numpy() for i in range(0, len(images), batch_size)]
+        return np.concatenate(parts).astype("float32")
+
+    return (lambda: forward(batch).numpy()), predict
+
+
 def agreement(a, b):
     """Share of rows whose top-1 class is the same."""
     return float(np.mean(np.argmax(a, -1) == np.argmax(b, -1)))
@@ -67,14 +91,13 @@ def run_case(case, against, repeats, log):
                     source = _random_head(model)
                 elif ours:
                     model.set_weights(source.get_weights())
-                model.compile(jit_compile=compiler == "xla")
-                step = functools.partial(model.predict_on_batch, on_device)
+                step, predict = keras_forward(model, compiler, on_device)
                 row = dict(case=case["name"], implementation=implementation, mode=dtype, compiler=compiler,
                            first_call_s=seconds(step)[0])  # fmt: skip
                 if ours and dtype == "float32" and reference is None:
-                    reference = model.predict(pool, batch_size=batch, verbose=0)
+                    reference = predict(pool, batch)
                 elif ours and dtype != "float32" and reference is not None:
-                    logits = model.predict(pool, batch_size=batch, verbose=0)
+                    logits = predict(pool, batch)
                     row["agreement_with_float32"] = agreement(logits, reference)
                     row["agreement_images"] = len(pool)
                     # random weights leave near-ties among 1000 classes: the logit error tells how near

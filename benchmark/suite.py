@@ -5,6 +5,7 @@ CIFAR_MODEL = dict(image_size=32, patch_size=4, hidden_size=192, num_layers=6, n
 BOTH = ("float32", "mixed_bfloat16")
 TIMM_MODES = ("eager", "compile", "eager_bf16", "compile_bf16")
 COMPILERS = ("xla", "graph")  # Keras: jit_compile=True (XLA) or False (TensorFlow graph, oneDNN kernels)
+INFERENCE_COMPILERS = COMPILERS + ("frozen",)  # and the graph with its weights as constants (export --freeze)
 LITERT_MODES = ("float32", "float16", "dynamic", "int8", "int8-mixed")
 
 SUITES = {
@@ -19,8 +20,8 @@ SUITES = {
     },
     # The figures: about half an hour on 2 cores.
     "full": {
-        "inference": [dict(name=f"{n} inference b32", model=p, batch=32, dtypes=BOTH, compilers=COMPILERS,
-                           timm_modes=TIMM_MODES, agreement_images=256)
+        "inference": [dict(name=f"{n} inference b32", model=p, batch=32, dtypes=BOTH,
+                           compilers=INFERENCE_COMPILERS, timm_modes=TIMM_MODES, agreement_images=256)
                       for n, p in (("S/16", "vit_s16"), ("B/16", "vit_b16"))],
         "training": [
             dict(name="Ti/16 training b32", model="vit_ti16", batch=32, steps_per_repeat=2, dtypes=BOTH,

@@ -13,7 +13,7 @@ MAX_FROZEN_BYTES = 2**31 - 2**27
 def freeze(model):
     """The inference forward of a single-input Keras model (TensorFlow backend) as a
     TensorFlow graph that holds the weights as constants: `frozen(images)` returns the model's
-    output tensor for a batch of any size; it can be called inside a `tf.function` and saved
+    output tensor for a batch (tensor or array) of any size; it can be called inside a `tf.function` and saved
     in a SavedModel.
 
     What it buys on CPU: TensorFlow's oneDNN matmuls keep the re-laid-out copy of a constant
@@ -37,6 +37,6 @@ def freeze(model):
     frozen = convert_variables_to_constants_v2(concrete)
 
     def call(images):
-        return frozen(images)[0]
+        return frozen(tf.convert_to_tensor(images, spec.dtype))[0]
 
     return call

@@ -90,6 +90,23 @@ def test_inference_and_training_rows_on_a_tiny_model():
     assert all(r["images_per_s"] > 0 and r["first_step_s"] > 0 for r in rows)
 
 
+def test_frozen_mode_rows_compute_what_the_graph_computes():
+    case = dict(name="tiny", model=TINY, batch=4, dtypes=("float32", "mixed_bfloat16"), compilers=("graph", "frozen"),
+                timm_modes=(), agreement_images=12)  # fmt: skip
+    if keras.backend.backend() != "tensorflow":
+        model = models.build_keras_vit(models.config_for(TINY))
+        with pytest.raises(ValueError, match="needs the TensorFlow backend"):
+            inference.keras_forward(model, "frozen", keras.ops.zeros((4, 32, 32, 3)))
+        return
+    rows = inference.run_case(case, ("keras-hub",), repeats=5, log=lambda row: None)
+    assert [(r["implementation"], r["mode"], r["compiler"]) for r in rows] == [
+        (i, d, c) for i in ("keras_vit", "keras-hub") for d in case["dtypes"] for c in case["compilers"]]
+    assert all(r["images_per_s"] > 0 for r in rows)
+    graph, frozen = rows[2], rows[3]  # keras_vit bf16 against the float32 graph's logits
+    assert graph["max_logit_error"] > 0 and frozen["max_logit_error"] == graph["max_logit_error"]
+    assert frozen["agreement_with_float32"] == graph["agreement_with_float32"]
+
+
 @pytest.mark.skipif(keras.backend.backend() != "jax", reason="the no-TensorFlow path of the GPU machine (JAX)")
 def test_training_rows_without_tensorflow(monkeypatch):
     # As on the GPU machine, where TensorFlow is not installed: a generator of on-device batches
