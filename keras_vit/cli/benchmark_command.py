@@ -44,7 +44,8 @@ def run(args):
     from keras_vit.benchmark import markdown, pin_threads, run_suite, share_gpu
 
     pin_threads(args.threads)
-    share_gpu()  # run_suite checks --against and --repeats (a ValueError: one line, exit 2)
+    share_gpu()
+    # run_suite checks --against and --repeats (a ValueError: one line, exit 2)
     result = run_suite(args.suite, against=against, kinds=kinds, repeats=args.repeats, threads=args.threads,
                        out=args.out, log=_progress)  # fmt: skip
     table = markdown(result)

@@ -25,8 +25,8 @@ def add_parser(subparsers):
                         help="input/output type of int8 and int8-mixed (float32, int8, uint8) and int16x8 (float32, int16) files")
     parser.add_argument("--name", default="vit", help="model name: TF Serving folder and .tflite prefix (vit)")
     parser.add_argument("--freeze", action="store_true",
-                        help="SavedModel with the weights as graph constants: faster on CPU (oneDNN keeps "
-                        "re-laid-out weights), graphs up to 2 GiB")
+                        help="SavedModel with the weights as graph constants: faster on CPU (weight casts folded, "
+                        "matmuls on constant weights), graphs up to 2 GiB")
     parser.add_argument("--version", type=int, help="TF Serving version (default: the next free number)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing version or .tflite file")
     parser.add_argument("--qat-epochs", type=int, default=0, help="quantisation-aware fine-tuning, then int8")
