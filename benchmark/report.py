@@ -8,7 +8,7 @@ _COLUMNS = {
                   ("of images", "agreement_images", "{:d}"), ("max logit error", "max_logit_error", "{:.3f}"),
                   ("top-2 gap < 2x error", "near_ties", "{:.3f}"), ("MFU", "mfu", "{:.1%}")),
     "training": (("images/s", "images_per_s", "{:.2f}"), ("GFLOP/s", "gflops_per_s", "{:.0f}"),
-                 ("first step s", "first_step_s", "{:.1f}"), ("MFU", "mfu", "{:.1%}")),
+                 ("first step s", "first_step_s", "{:.1f}"), ("MFU", "mfu", "{:.1%}"), ("optimizer", "optimizer", "{}")),
     "litert": (("latency ms", "latency_ms", "{:.1f}"), ("size kB", "size_kb", "{:.0f}"),
                ("ops not on XNNPACK", "undelegated_ops", "{}")),
     "pipeline": (("images/s", "images_per_s", "{:.0f}"),),

@@ -10,17 +10,29 @@ from keras_vit.benchmark import accelerator, models
 from keras_vit.benchmark.timing import interleaved_medians, rate, seconds
 
 
-def keras_training(model, batch, steps_per_repeat, jit_compile=True):
+def adamw(implementation):
+    """The AdamW that each toolkit's users train with: keras_vit.training's `FusedAdamW` for
+    keras_vit on the TensorFlow backend, Keras's own elsewhere (keras-hub ships none)."""
+    import keras
+
+    if implementation == "keras_vit" and keras.backend.backend() == "tensorflow":
+        from keras_vit.training.optimizers import FusedAdamW
+
+        return FusedAdamW(1e-4, weight_decay=0.05)
+    return keras.optimizers.AdamW(1e-4, weight_decay=0.05)
+
+
+def keras_training(model, batch, steps_per_repeat, optimizer, jit_compile=True):
     """(seconds until the first `model.fit` step ended, measure): `measure()` runs `model.fit`
-    for `steps_per_repeat` + 1 steps and returns the images/s from the end of its first step
-    to the end of its last (the data iterator's set-up is left out)."""
+    with `optimizer` for `steps_per_repeat` + 1 steps and returns the images/s from the end of
+    its first step to the end of its last (the data iterator's set-up is left out)."""
     import keras
 
     config_shape = tuple(model.inputs[0].shape[1:])
     rng = np.random.default_rng(0)
     x = rng.uniform(0, 255, (batch,) + config_shape).astype("float32")
     y = rng.integers(0, model.outputs[0].shape[-1], batch)
-    model.compile(optimizer=keras.optimizers.AdamW(1e-4, weight_decay=0.05),
+    model.compile(optimizer=optimizer,
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=jit_compile)  # fmt: skip
     model.optimizer.build(model.trainable_variables)  # as the training app does: one trace of the first step
     # One batch repeated: the first step is the trace/compile and one step, without converting
@@ -92,8 +104,9 @@ def run_case(case, against, repeats, log):
     flops = 3 * models.forward_flops(config)  # forward + backward (2x forward)
     rows, measures = [], []
 
-    def add(implementation, mode, first, measure, compiler=None):
-        rows.append(dict(case=case["name"], implementation=implementation, mode=mode, first_step_s=first))
+    def add(implementation, mode, first, measure, compiler=None, optimizer="torch AdamW"):
+        rows.append(dict(case=case["name"], implementation=implementation, mode=mode, first_step_s=first,
+                         optimizer=optimizer))  # fmt: skip
         if compiler is not None:
             rows[-1]["compiler"] = compiler
         measures.append(measure)
@@ -102,8 +115,9 @@ def run_case(case, against, repeats, log):
         build = models.build_keras_vit if implementation == "keras_vit" else models.build_keras_hub
         for dtype in case["dtypes"]:
             for compiler in case.get("compilers", ("xla",)):
-                model = build(config, dtype=dtype)
-                add(implementation, dtype, *keras_training(model, batch, steps, jit_compile=compiler == "xla"), compiler)
+                model, optimizer = build(config, dtype=dtype), adamw(implementation)
+                add(implementation, dtype, *keras_training(model, batch, steps, optimizer, jit_compile=compiler == "xla"),
+                    compiler, type(optimizer).__name__)  # fmt: skip
     if "timm" in against:
         for mode in case["timm_modes"]:
             add("timm", mode, *timm_training(models.build_timm(config), config, batch, steps, mode))

@@ -88,6 +88,8 @@ def test_inference_and_training_rows_on_a_tiny_model():
     assert [(r["implementation"], r.get("compiler")) for r in rows] == [
         ("keras_vit", "xla"), ("keras_vit", "graph"), ("timm", None)]  # fmt: skip
     assert all(r["images_per_s"] > 0 and r["first_step_s"] > 0 for r in rows)
+    fused = "FusedAdamW" if keras.backend.backend() == "tensorflow" else "AdamW"  # keras_vit.training's on TF
+    assert [r["optimizer"] for r in rows] == [fused, fused, "torch AdamW"]
 
 
 def test_frozen_mode_rows_compute_what_the_graph_computes():
@@ -114,7 +116,7 @@ def test_training_rows_without_tensorflow(monkeypatch):
     monkeypatch.setitem(sys.modules, "tensorflow", None)
     case = dict(name="tiny", model=TINY, batch=4, steps_per_repeat=1, dtypes=("mixed_bfloat16",), timm_modes=())
     rows = training.run_case(case, ("keras-hub",), repeats=5, log=lambda row: None)
-    assert [r["implementation"] for r in rows] == ["keras_vit", "keras-hub"]
+    assert [(r["implementation"], r["optimizer"]) for r in rows] == [("keras_vit", "AdamW"), ("keras-hub", "AdamW")]
     assert all(r["images_per_s"] > 0 and r["first_step_s"] > 0 for r in rows)
 
 

@@ -12,8 +12,10 @@ PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 DECAYS = ("cosine", "linear")
 AUGMENTS = ("inception", "translate")
 
-# The offline default: a 0.3M-parameter ViT on scikit-learn's digits upscaled to 16x16.
-DIGITS_MODEL = dict(image_size=16, patch_size=4, hidden_size=96, num_layers=4, num_heads=4, mlp_dim=192)
+# The offline default: a 0.3M-parameter ViT on scikit-learn's digits upscaled to 16x16, one token
+# per original pixel (patch 2): 97.2-99.4% over seeds 0-4, where patch 4 (16 tokens) gave
+# 96.1-97.5% and moved by a point with float rounding alone (README, "Data").
+DIGITS_MODEL = dict(image_size=16, patch_size=2, hidden_size=96, num_layers=4, num_heads=4, mlp_dim=192)
 
 
 @dataclasses.dataclass

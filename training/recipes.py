@@ -1,8 +1,11 @@
-"""The paper's optimisation recipes: `pretrain` (AdamW) and `finetune` (SGD + momentum)."""
+"""The paper's optimisation recipes: `pretrain` (AdamW) and `finetune` (SGD + momentum), both with
+fused per-variable updates (`optimizers.py`)."""
 
 import math
 
 import keras
+
+from keras_vit.training.optimizers import FusedAdamW, FusedSGD
 
 # Biases, norms, the class token and the position embedding take no weight decay.
 NO_DECAY = ["bias", "gamma", "beta", "token", "embedding"]
@@ -45,12 +48,12 @@ def build_optimizer(config, steps_per_epoch, global_batch):
     schedule = WarmupDecay(peak_learning_rate(config, global_batch), int(total * config.warmup_fraction),
                            total, config.decay)  # fmt: skip
     if config.recipe == "pretrain":
-        optimizer = keras.optimizers.AdamW(schedule, beta_1=0.9, beta_2=0.999, weight_decay=config.weight_decay,
-                                           global_clipnorm=config.clip_norm)  # fmt: skip
+        optimizer = FusedAdamW(schedule, beta_1=0.9, beta_2=0.999, weight_decay=config.weight_decay,
+                               global_clipnorm=config.clip_norm)  # fmt: skip
         optimizer.exclude_from_weight_decay(var_names=NO_DECAY)
         return optimizer
-    optimizer = keras.optimizers.SGD(schedule, momentum=0.9, global_clipnorm=config.clip_norm,
-                                     weight_decay=config.weight_decay or None)  # fmt: skip
+    optimizer = FusedSGD(schedule, momentum=0.9, global_clipnorm=config.clip_norm,
+                         weight_decay=config.weight_decay or None)  # fmt: skip
     if config.weight_decay:
         optimizer.exclude_from_weight_decay(var_names=NO_DECAY)
     return optimizer
