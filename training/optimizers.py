@@ -50,8 +50,8 @@ class _SavedDecayExclusions:
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class FusedAdamW(_SavedDecayExclusions, keras.optimizers.AdamW):
-    """`keras.optimizers.AdamW` (same arguments, state and results) with each variable's Adam
-    step done by TensorFlow's fused `ResourceApplyAdam` kernel."""
+    """`keras.optimizers.AdamW` (same arguments and state, results equal to float rounding) with
+    each variable's Adam step done by TensorFlow's fused `ResourceApplyAdam` kernel."""
 
     def update_step(self, gradient, variable, learning_rate):
         if self.amsgrad or not _fusable(gradient):
@@ -71,8 +71,9 @@ class FusedAdamW(_SavedDecayExclusions, keras.optimizers.AdamW):
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class FusedSGD(_SavedDecayExclusions, keras.optimizers.SGD):
-    """`keras.optimizers.SGD` (same arguments, state and results) with each variable's momentum
-    step done by TensorFlow's fused `ResourceApplyKerasMomentum` kernel, Nesterov or not."""
+    """`keras.optimizers.SGD` (same arguments and state, results equal to float rounding) with
+    each variable's momentum step done by TensorFlow's fused `ResourceApplyKerasMomentum` kernel,
+    Nesterov or not."""
 
     def update_step(self, gradient, variable, learning_rate):
         if self.momentum == 0 or not _fusable(gradient):
