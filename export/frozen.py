@@ -18,8 +18,8 @@ def freeze(model):
 
     What it buys on CPU: TensorFlow's graph optimiser folds the weight-only arithmetic into
     the constants (the mixed-precision weight casts: 152 -> 52 Cast ops in ViT-S/16), and its
-    oneDNN matmuls ran 3% (float32) to 7% (bfloat16) faster on constant weights, whose
-    re-laid-out copy they can keep between calls. ViT-S/16 and B/16 on 2 cores: +3-5% images/s
+    oneDNN matmuls ran 3% (float32) to 7% (bfloat16) faster on constant weights (why was not
+    traced further). ViT-S/16 and B/16 on 2 cores: +3-5% images/s
     in float32 and +3-11% in mixed_bfloat16 against the model's `tf.function`; float32 outputs
     are the same (docs/benchmarks.md).
 
