@@ -5,7 +5,9 @@ square root, three assignments), which on a 2-core CPU cost about 7% of a ViT-Ti
 `FusedAdamW` and `FusedSGD` do the same arithmetic in one `ResourceApplyAdam` /
 `ResourceApplyKerasMomentum` kernel per variable (+3.7% float32, +4.6% mixed_bfloat16 Ti/16
 `fit`, docs/benchmarks.md). Everything around the update (weight decay, gradient clipping and
-accumulation, EMA, loss scaling, tf.distribute) stays Keras's own. Other backends, AMSGrad, SGD
+accumulation, EMA, loss scaling, tf.distribute) stays Keras's own, except that the decoupled
+weight decay is applied in the same per-variable update, just before the step, with the
+learning rate evaluated once per step (see `_DecayInUpdateStep`). Other backends, AMSGrad, SGD
 without momentum and sparse gradients take Keras's update unchanged.
 
 Unlike Keras's optimizers, these keep the `var_names` given to `exclude_from_weight_decay` in
@@ -48,12 +50,35 @@ class _SavedDecayExclusions:
         return optimizer
 
 
+class _DecayInUpdateStep:
+    """Keras's decoupled weight decay, `var -= var * weight_decay * lr`, applied by `update_step`
+    just before the variable's own update instead of in a separate pass over all variables.
+
+    Keras's pass evaluates a learning-rate schedule once per variable. With the recipes'
+    warm-up schedule, ViT-Ti/16's traced update had 3012 ops instead of 4188 and traced in
+    0.69 s instead of 0.97 s (2 CPU cores); each step saved about 1 ms. The arithmetic is the
+    same, the decay still precedes the step, and the decay exclusions still apply.
+    """
+
+    def _apply_weight_decay(self, variables):
+        if keras.backend.backend() != "tensorflow":
+            super()._apply_weight_decay(variables)
+
+    def _decay(self, variable, learning_rate):
+        if self.weight_decay is None or keras.backend.backend() != "tensorflow":
+            return
+        if self._use_weight_decay(variable):
+            rate = tf.cast(learning_rate, variable.dtype) * tf.cast(self.weight_decay, variable.dtype)
+            variable.assign_sub(variable * rate)
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
-class FusedAdamW(_SavedDecayExclusions, keras.optimizers.AdamW):
+class FusedAdamW(_DecayInUpdateStep, _SavedDecayExclusions, keras.optimizers.AdamW):
     """`keras.optimizers.AdamW` (same arguments and state, results equal to float rounding) with
     each variable's Adam step done by TensorFlow's fused `ResourceApplyAdam` kernel."""
 
     def update_step(self, gradient, variable, learning_rate):
+        self._decay(variable, learning_rate)
         if self.amsgrad or not _fusable(gradient):
             return super().update_step(gradient, variable, learning_rate)
         index = self._get_variable_index(variable)
@@ -70,12 +95,13 @@ class FusedAdamW(_SavedDecayExclusions, keras.optimizers.AdamW):
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
-class FusedSGD(_SavedDecayExclusions, keras.optimizers.SGD):
+class FusedSGD(_DecayInUpdateStep, _SavedDecayExclusions, keras.optimizers.SGD):
     """`keras.optimizers.SGD` (same arguments and state, results equal to float rounding) with
     each variable's momentum step done by TensorFlow's fused `ResourceApplyKerasMomentum` kernel,
     Nesterov or not."""
 
     def update_step(self, gradient, variable, learning_rate):
+        self._decay(variable, learning_rate)
         if self.momentum == 0 or not _fusable(gradient):
             return super().update_step(gradient, variable, learning_rate)
         momentum = self.momentums[self._get_variable_index(variable)]
