@@ -1,6 +1,7 @@
 """The training application: data sources, pipelines, recipes, run directories, faults."""
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -155,6 +156,20 @@ def test_nan_loss_stops_with_a_reason(tmp_path):
     config = TrainConfig(run_dir=str(tmp_path / "run"), model=SMALL_MODEL, epochs=2, learning_rate=1e9)
     with pytest.raises(TrainingError, match=r"stopped: loss became nan at epoch 1, step \d+"):
         fit(config, verbose=0)
+
+
+def test_xla_is_off_by_default_on_cpu_only_machines_and_on_when_asked(tmp_path, caplog):
+    from keras_vit.cli import build_parser
+
+    parse = build_parser().parse_args
+    assert [parse(["train", *flag]).jit_compile for flag in ([], ["--jit-compile"], ["--no-jit-compile"])] == [
+        None, True, False]  # fmt: skip
+    caplog.set_level(logging.INFO, logger="keras_vit")
+    for jit_compile, expected in ((None, "graph mode (no XLA)"), (True, ", XLA")):
+        caplog.clear()
+        fit(TrainConfig(run_dir=str(tmp_path / str(jit_compile)), model=SMALL_MODEL, epochs=1, jit_compile=jit_compile),
+            verbose=0)  # fmt: skip
+        assert expected in caplog.text, caplog.text
 
 
 def test_yaml_config_with_flag_override(tmp_path):

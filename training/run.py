@@ -44,6 +44,7 @@ def fit(config, overwrite=False, verbose="auto"):
         run_dir = run_dir / f"worker_{placement.task_index}"
         run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / LABELS_FILE).write_text("\n".join(source.class_names) + "\n")
+    jit_compile = placement.prefers_jit if c.jit_compile is None else c.jit_compile
     with placement.scope():
         model = _build_model(c, len(source.class_names))
         model.compile(
@@ -51,7 +52,7 @@ def fit(config, overwrite=False, verbose="auto"):
             loss=keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=c.label_smoothing),
             metrics=[keras.metrics.CategoricalAccuracy(name="accuracy"),
                      keras.metrics.TopKCategoricalAccuracy(5, name="top5")],  # fmt: skip
-            jit_compile=c.jit_compile and placement.supports_jit,
+            jit_compile=jit_compile and placement.supports_jit,
             steps_per_execution=c.steps_per_execution,
         )
         # Optimizer slots created now, not inside the first traced step: that step is then
@@ -71,9 +72,10 @@ def fit(config, overwrite=False, verbose="auto"):
         keras.callbacks.CSVLogger(str(run_dir / "log.csv"), append=True),
         keras.callbacks.TensorBoard(str(run_dir / "tensorboard")),
     ]
-    if c.jit_compile and not placement.supports_jit:
+    if jit_compile and not placement.supports_jit:
         logger.warning("keras_vit: XLA (jit_compile) is off for %s", placement.description)
-    logger.info("keras_vit: training on %s, global batch %d", placement.description, global_batch)
+    logger.info("keras_vit: training on %s, global batch %d, %s", placement.description, global_batch,
+                "XLA" if model.jit_compile else "graph mode (no XLA)")  # fmt: skip
     model.fit(train, epochs=c.epochs, steps_per_epoch=steps_per_epoch, validation_data=evaluation,
               callbacks=callbacks, verbose=verbose)  # fmt: skip
     if not placement.is_chief:

@@ -1,5 +1,6 @@
 """`keras-vit train`, `evaluate` and `predict`: the training application on the command line."""
 
+import argparse
 import dataclasses
 import json
 
@@ -46,7 +47,9 @@ def add_parser(subparsers):
     train.add_argument("--config", help="YAML file of training options (flags override it)")
     for flag, (_, options) in _FLAGS.items():
         train.add_argument(flag, **options)
-    train.add_argument("--no-jit-compile", dest="jit_compile", action="store_false", default=None)
+    train.add_argument("--jit-compile", action=argparse.BooleanOptionalAction, default=None,
+                       help="compile the training step with XLA (default: on GPUs and TPUs; off on CPU-only "
+                       "machines, where TensorFlow's graph mode is faster)")  # fmt: skip
     train.add_argument("--overwrite", action="store_true", help="replace a run directory of another config")
     train.set_defaults(run=run_train)
 
