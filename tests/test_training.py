@@ -3,6 +3,7 @@
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -29,7 +30,10 @@ def test_digits_default_reaches_97_percent(tmp_path, capsys):
     start = time.perf_counter()
     assert main(["train", "--dataset", "digits", "--run-dir", str(tmp_path / "run")]) == 0
     seconds = time.perf_counter() - start
-    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    captured = capsys.readouterr()
+    result = json.loads(captured.out.strip().splitlines()[-1])
+    # the command says where it trains and how
+    assert re.search(r"keras_vit: training on one device \(/\w+:0\), global batch 32, (XLA|graph mode)", captured.err)
     assert result["top1"] >= 0.97 and result["num_examples"] == 359  # 20% of 1,797, stratified
     stored = json.loads((tmp_path / "run" / "eval.json").read_text())
     assert stored["top1"] == result["top1"] and {"top1", "top5", "num_examples"} <= set(stored)
@@ -165,7 +169,10 @@ def test_xla_is_off_by_default_on_cpu_only_machines_and_on_when_asked(tmp_path, 
     assert [parse(["train", *flag]).jit_compile for flag in ([], ["--jit-compile"], ["--no-jit-compile"])] == [
         None, True, False]  # fmt: skip
     caplog.set_level(logging.INFO, logger="keras_vit")
-    for jit_compile, expected in ((None, "graph mode (no XLA)"), (True, ", XLA")):
+    import tensorflow as tf
+
+    default = ", XLA" if tf.config.list_physical_devices("GPU") else "graph mode (no XLA)"
+    for jit_compile, expected in ((None, default), (True, ", XLA")):
         caplog.clear()
         fit(TrainConfig(run_dir=str(tmp_path / str(jit_compile)), model=SMALL_MODEL, epochs=1, jit_compile=jit_compile),
             verbose=0)  # fmt: skip

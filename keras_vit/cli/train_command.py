@@ -3,6 +3,8 @@
 import argparse
 import dataclasses
 import json
+import logging
+import sys
 
 from keras_vit.cli import images as image_io
 
@@ -77,8 +79,22 @@ def run_train(args):
     config = TrainConfig.from_yaml(args.config, **values) if args.config else TrainConfig(**values)
     if args.image_size:
         config = dataclasses.replace(config, model={**config.model, "image_size": args.image_size})
+    _show_run_log()
     result = fit(config, overwrite=args.overwrite)
     print(json.dumps(result))
+
+
+class _StderrHandler(logging.Handler):
+    def emit(self, record):
+        print(self.format(record), file=sys.stderr)  # today's stderr, also when it was swapped
+
+
+def _show_run_log():
+    """The training app's INFO lines on stderr: where it runs, the global batch, XLA or not."""
+    logger = logging.getLogger("keras_vit")
+    if not any(isinstance(handler, _StderrHandler) for handler in logger.handlers):
+        logger.addHandler(_StderrHandler())
+    logger.setLevel(logging.INFO)
 
 
 def run_evaluate(args):
