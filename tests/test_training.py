@@ -163,14 +163,14 @@ def test_nan_loss_stops_with_a_reason(tmp_path):
 
 
 def test_xla_is_off_by_default_on_cpu_only_machines_and_on_when_asked(tmp_path, caplog):
+    import tensorflow as tf
+
     from keras_vit.cli import build_parser
 
     parse = build_parser().parse_args
     assert [parse(["train", *flag]).jit_compile for flag in ([], ["--jit-compile"], ["--no-jit-compile"])] == [
         None, True, False]  # fmt: skip
     caplog.set_level(logging.INFO, logger="keras_vit")
-    import tensorflow as tf
-
     default = ", XLA" if tf.config.list_physical_devices("GPU") else "graph mode (no XLA)"
     for jit_compile, expected in ((None, default), (True, ", XLA")):
         caplog.clear()
