@@ -2,7 +2,7 @@
 """Developer entry point: creates .venv if needed, installs the pinned environment, runs a job.
 
     python3 dev.py demo    # set up, then the main job: train on digits, export SavedModel + int8 LiteRT
-    python3 dev.py test    # set up, then the whole test suite under TensorFlow and JAX
+    python3 dev.py test    # set up, then the whole test suite under TensorFlow, JAX and PyTorch
     python3 dev.py setup   # only set up
 Extra arguments after `test` go to pytest (e.g. `python3 dev.py test -m slow`).
 """
@@ -51,11 +51,12 @@ def backend_env(backend):
 
 
 def test(pytest_args):
-    """The whole suite under TensorFlow, then the backend-agnostic tests under JAX."""
+    """The whole suite under TensorFlow, then the backend-agnostic tests under JAX and PyTorch."""
     base = [PYTHON, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-p", "no:cacheprovider"]
     marks = pytest_args if any(a.startswith("-m") for a in pytest_args) else ["-m", "not slow", *pytest_args]
     status = run(*base, *marks, env=backend_env("tensorflow"))
-    status |= run(*base, *marks, env=backend_env("jax"))
+    for backend in ("jax", "torch"):
+        status |= run(*base, *marks, env=backend_env(backend))
     return status
 
 

@@ -15,7 +15,7 @@ from keras_vit.checkpoints.files import read_safetensors
 
 
 def _logits(model, x):
-    return np.asarray(model(x))
+    return keras.ops.convert_to_numpy(model(x))
 
 
 @pytest.mark.parametrize(

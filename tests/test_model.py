@@ -25,7 +25,7 @@ def test_matches_numpy_reference_of_the_paper(overrides):
     model = perturb(keras_vit.ViT(config))
     x = images(size=config.image_size, channels=config.channels)
     expected, expected_attention = vit_forward(model, x)
-    np.testing.assert_allclose(np.asarray(model(x)), expected, atol=2e-5, rtol=1e-5)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(model(x)), expected, atol=2e-5, rtol=1e-5)
     attention = model.attention_probabilities(x)
     assert len(attention) == config.num_layers
     for got, want in zip(attention, expected_attention):
@@ -48,9 +48,9 @@ def test_attention_probabilities_shape_and_rows_sum_to_one():
 def test_fused_attention_path_equals_explicit_path():
     layer = keras_vit.layers.MultiHeadSelfAttention(num_heads=4)
     x = np.random.default_rng(1).standard_normal((2, 17, 64)).astype("float32")
-    fast = np.asarray(layer(x))
+    fast = keras.ops.convert_to_numpy(layer(x))
     explicit, probs = layer(x, return_attention_scores=True)
-    np.testing.assert_allclose(fast, np.asarray(explicit), atol=1e-5)
+    np.testing.assert_allclose(fast, keras.ops.convert_to_numpy(explicit), atol=1e-5)
     assert tuple(probs.shape) == (2, 4, 17, 17)
 
 
@@ -75,11 +75,11 @@ def test_bfloat16_inference_softmax_equals_the_float32_softmax_rounded():
     x = np.random.default_rng(3).standard_normal((2, 50, 64)).astype("float32") * 3
     inference, training = layer(x, training=False), layer(x, training=True)
     assert keras.backend.standardize_dtype(inference.dtype) == "bfloat16"
-    np.testing.assert_array_equal(np.asarray(keras.ops.cast(inference, "float32")),
-                                  np.asarray(keras.ops.cast(training, "float32")))  # fmt: skip
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(keras.ops.cast(inference, "float32")),
+                                  keras.ops.convert_to_numpy(keras.ops.cast(training, "float32")))  # fmt: skip
     _, probs = layer(x, return_attention_scores=True)  # returned probabilities: float32 softmax
     assert keras.backend.standardize_dtype(probs.dtype) == "float32"
-    np.testing.assert_allclose(np.asarray(probs).sum(-1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(probs).sum(-1), 1.0, atol=1e-5)
 
 
 def test_headless_model_returns_features():
@@ -105,12 +105,12 @@ def test_std_conv_standardises_each_filter():
         (True, lambda w: (w - w.mean(axis=(0, 1, 2))) / np.sqrt(w.var(axis=(0, 1, 2)) + 1e-3)),  # timm
     ):
         layer = keras_vit.layers.StdConv2D(4, 3, epsilon=1e-3, epsilon_in_sqrt=in_sqrt)
-        y = np.asarray(layer(x))
+        y = keras.ops.convert_to_numpy(layer(x))
         w = standardise(keras.ops.convert_to_numpy(layer.kernel).astype(np.float64))
         plain = keras.layers.Conv2D(4, 3, padding="same", use_bias=False)
         plain.build(x.shape)
         plain.kernel.assign(w.astype("float32"))
-        np.testing.assert_allclose(y, np.asarray(plain(x)), atol=1e-5)
+        np.testing.assert_allclose(y, keras.ops.convert_to_numpy(plain(x)), atol=1e-5)
 
 
 def test_official_initialisation():
@@ -138,8 +138,8 @@ def test_drop_path_linear_schedule_and_training_behaviour():
     np.testing.assert_allclose(rates, [0.0, 0.1, 0.2, 0.3, 0.4])
     layer = keras_vit.layers.DropPath(0.5, seed=3)
     x = np.ones((4000, 3, 2), "float32")
-    np.testing.assert_array_equal(np.asarray(layer(x, training=False)), x)
-    y = np.asarray(layer(x, training=True))
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(layer(x, training=False)), x)
+    y = keras.ops.convert_to_numpy(layer(x, training=True))
     per_sample = y.reshape(4000, -1)
     assert set(np.unique(per_sample)) <= {0.0, 2.0}
     assert (per_sample.min(1) == per_sample.max(1)).all()  # whole samples dropped, not elements
@@ -149,8 +149,8 @@ def test_drop_path_linear_schedule_and_training_behaviour():
 def test_dropout_is_active_only_in_training():
     model = perturb(keras_vit.ViT(tiny_config(dropout_rate=0.3, attention_dropout_rate=0.3)))
     x = images()
-    np.testing.assert_allclose(np.asarray(model(x)), np.asarray(model(x)), atol=0)
-    assert not np.allclose(np.asarray(model(x, training=True)), np.asarray(model(x)), atol=1e-4)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(model(x)), keras.ops.convert_to_numpy(model(x)), atol=0)
+    assert not np.allclose(keras.ops.convert_to_numpy(model(x, training=True)), keras.ops.convert_to_numpy(model(x)), atol=1e-4)
 
 
 @pytest.mark.tensorflow_only

@@ -5,6 +5,7 @@ swapped tensor shows), written to disk in their native formats, and compared on 
 (scikit-learn's bundled china.jpg and flower.jpg) in float32.
 """
 
+import keras
 import numpy as np
 import pytest
 
@@ -32,7 +33,7 @@ def perturbed(module, seed=0):
 
 
 def max_diff(keras_model, reference_logits, pixels):
-    return float(np.abs(np.asarray(keras_model(pixels)) - reference_logits).max())
+    return float(np.abs(keras.ops.convert_to_numpy(keras_model(pixels)) - reference_logits).max())
 
 
 @pytest.mark.parametrize("name, preset", [("vit_tiny_patch16_224", "vit_ti16"), ("vit_small_patch16_224", "vit_s16"),

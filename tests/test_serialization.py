@@ -27,7 +27,7 @@ def test_keras_file_round_trip_in_safe_mode(tmp_path, overrides, dtype):
     assert isinstance(restored, keras_vit.ViT)
     assert restored.config == config
     assert restored.dtype_policy.name == restored.get_layer("patch_embedding").dtype_policy.name == (dtype or "float32")
-    np.testing.assert_array_equal(np.asarray(restored(x)), np.asarray(model(x)))
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(restored(x)), keras.ops.convert_to_numpy(model(x)))
     assert [w.path for w in restored.weights] == [w.path for w in model.weights]
 
 
@@ -57,14 +57,14 @@ LAYERS = [
 def test_layer_config_round_trip(cls, kwargs, shape):
     layer = cls(**kwargs)
     x = np.random.default_rng(0).standard_normal(shape).astype("float32")
-    y = np.asarray(layer(x))
+    y = keras.ops.convert_to_numpy(layer(x))
     perturb_layer_weights(layer)
-    y = np.asarray(layer(x))
+    y = keras.ops.convert_to_numpy(layer(x))
     clone = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(layer))
     assert type(clone) is cls and clone.get_config() == layer.get_config()
     clone(x)
     clone.set_weights(layer.get_weights())
-    np.testing.assert_allclose(np.asarray(clone(x)), y, atol=1e-6)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(clone(x)), y, atol=1e-6)
 
 
 def perturb_layer_weights(layer):
