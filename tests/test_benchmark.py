@@ -81,9 +81,10 @@ def test_inference_and_training_rows_on_a_tiny_model():
     # a flip needs a float32 top-2 gap under twice the largest logit error
     assert 0 < rows[1]["max_logit_error"] < 0.5 and rows[1]["agreement_with_float32"] >= 1 - rows[1]["near_ties"]
     again = inference.run_case(case, (), repeats=5, log=lambda row: None)  # seeded: the same weights
-    # equal on TensorFlow and JAX; on torch the first run in a process differs in the 6th digit
-    # (5.03229e-3 vs 5.03224e-3 after it); other weights would differ far more
-    assert again[1]["max_logit_error"] == pytest.approx(rows[1]["max_logit_error"], rel=1e-4)
+    expected = rows[1]["max_logit_error"]
+    if keras.backend.backend() == "torch":  # its first run in a process differs in the 6th digit
+        expected = pytest.approx(expected, rel=1e-4)  # (5.03229e-3, then 5.03224e-3); new weights: far more
+    assert again[1]["max_logit_error"] == expected
     case = dict(name="tiny", model=TINY, batch=8, steps_per_repeat=1, dtypes=("float32",), compilers=("xla", "graph"),
                 timm_modes=("eager",))  # fmt: skip
     rows = training.run_case(case, ("timm",), repeats=5, log=lambda row: None)
