@@ -16,7 +16,8 @@ def test_mixed_precision_follows_compute_dtype_and_returns_float32(policy, toler
     x = images()
     logits = model(x)
     assert keras.backend.standardize_dtype(logits.dtype) == "float32"
-    np.testing.assert_allclose(keras.ops.convert_to_numpy(logits), keras.ops.convert_to_numpy(reference(x)), atol=tolerance)
+    to_numpy = keras.ops.convert_to_numpy
+    np.testing.assert_allclose(to_numpy(logits), to_numpy(reference(x)), atol=tolerance)
     # Class token and position embedding are stored in float32 and used in the compute dtype.
     for name in ("class_token", "position_embedding"):
         layer = model.get_layer(name)

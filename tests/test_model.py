@@ -149,8 +149,9 @@ def test_drop_path_linear_schedule_and_training_behaviour():
 def test_dropout_is_active_only_in_training():
     model = perturb(keras_vit.ViT(tiny_config(dropout_rate=0.3, attention_dropout_rate=0.3)))
     x = images()
-    np.testing.assert_allclose(keras.ops.convert_to_numpy(model(x)), keras.ops.convert_to_numpy(model(x)), atol=0)
-    assert not np.allclose(keras.ops.convert_to_numpy(model(x, training=True)), keras.ops.convert_to_numpy(model(x)), atol=1e-4)
+    to_numpy = keras.ops.convert_to_numpy
+    np.testing.assert_allclose(to_numpy(model(x)), to_numpy(model(x)), atol=0)
+    assert not np.allclose(to_numpy(model(x, training=True)), to_numpy(model(x)), atol=1e-4)
 
 
 @pytest.mark.tensorflow_only

@@ -55,7 +55,8 @@ def test_resized_model_carries_weights_and_resamples():
             np.testing.assert_array_equal(a, b)
     assert bigger(images(size=(48, 64))).shape == (2, 7)
     # Same size: the copy computes the same function.
-    np.testing.assert_allclose(keras.ops.convert_to_numpy(model.resized(32)(images())), keras.ops.convert_to_numpy(model(images())), atol=1e-6)
+    to_numpy = keras.ops.convert_to_numpy
+    np.testing.assert_allclose(to_numpy(model.resized(32)(images())), to_numpy(model(images())), atol=1e-6)
 
 
 def test_load_weights_saved_at_another_resolution(tmp_path):
