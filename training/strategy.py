@@ -12,11 +12,13 @@ class Placement:
     """The distribution of a run: `scope()` to build the model in, and the replica count.
 
     `supports_jit`: whether XLA can compile the step there at all. `prefers_jit`: whether XLA
-    is the default there. On TensorFlow CPU-only machines it is not: on 2 CPU cores TensorFlow's
+    is the default there. On TensorFlow CPU-only machines it is not: on 2 Zen 4 cores TensorFlow's
     graph mode (oneDNN kernels) trained a CIFAR-size ViT 14% faster in float32 and 48% faster in
     mixed_bfloat16 than XLA, ViT-Ti/16 at par in float32 and 48% faster in mixed_bfloat16, and
-    traced its first step in 6 s instead of 10 s (docs/benchmarks.md). Keras's own
-    `jit_compile="auto"` also leaves XLA off on CPU-only machines."""
+    traced its first step in 6 s instead of 10 s. On 2 Zen 5 cores it stayed ahead (Ti/16 5%
+    float32, bf16 29-33%, first step 5.8 s against 12.1 s) except CIFAR-size float32, 7% behind
+    (docs/benchmarks.md). Keras's own `jit_compile="auto"` also leaves XLA off on CPU-only
+    machines."""
 
     def __init__(self, strategy=None, replicas=1, description="one device", supports_jit=True, prefers_jit=True):
         self.strategy = strategy
