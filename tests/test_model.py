@@ -199,6 +199,18 @@ def test_patch_embedding_rejects_indivisible_input():
         layer(np.zeros((1, 30, 32, 3), "float32"))
 
 
+@pytest.mark.parametrize("patch_size, channels", [(4, 3), ((8, 4), 1), (1, 16)])
+def test_patch_matmul_equals_the_convolution(patch_size, channels):
+    # JAX runs the patch projection as a matmul (faster there); every backend can check it
+    layer = keras_vit.layers.PatchEmbedding(24, patch_size)
+    x = images(batch=2, size=(16, 32), channels=channels)
+    layer.build(x.shape)
+    layer.projection.bias.assign(np.linspace(-1, 1, 24))
+    conv = keras.ops.reshape(layer.projection(x), (2, -1, 24))
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(layer._project_patches(x)),
+                               keras.ops.convert_to_numpy(conv), atol=1e-4, rtol=1e-5)
+
+
 def test_model_trains_with_fit():
     config = tiny_config(num_classes=2)
     model = keras_vit.ViT(config)
