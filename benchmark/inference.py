@@ -39,9 +39,12 @@ def timm_step(module, images, mode):
 
 def keras_forward(model, compiler, batch):
     """`(step, predict)` of a Keras model: `step()` one forward of `batch`, `predict(images,
-    batch_size)` float32 logits. `compiler`: "xla" or "graph" (Keras's `jit_compile`), or
-    "frozen" (TensorFlow only: the graph with the weights as constants, as `keras-vit export
-    --freeze` serves it; `keras_vit.export.freeze`)."""
+    batch_size)` float32 logits. `compiler`: "xla" or "graph" (Keras's `jit_compile`),
+    "stateless" (JAX only, see `_stateless_forward`) or "frozen" (TensorFlow only: the graph
+    with the weights as constants, as `keras-vit export --freeze` serves it;
+    `keras_vit.export.freeze`)."""
+    if compiler == "stateless":
+        return _stateless_forward(model, batch)
     if compiler != "frozen":
         model.compile(jit_compile=compiler == "xla")
         return functools.partial(model.predict_on_batch, batch), functools.partial(model.predict, verbose=0)
@@ -58,6 +61,27 @@ def keras_forward(model, compiler, batch):
         return np.concatenate(parts).astype("float32")
 
     return (lambda: forward(batch).numpy()), predict
+
+
+def _stateless_forward(model, batch):
+    """`jax.jit` of `model.stateless_call` with the weights as arguments: how a JAX program
+    serves a Keras model. Keras's `predict_on_batch` also reads every variable and writes each
+    back on every call, which cost 2.4-2.7 ms per call on the H100 machine's host (ViT-S/16,
+    docs/benchmarks.md)."""
+    import keras
+
+    if keras.backend.backend() != "jax":
+        raise ValueError(f"the stateless mode needs the JAX backend, not {keras.backend.backend()}.")
+    import jax
+
+    weights = ([v.value for v in model.trainable_variables], [v.value for v in model.non_trainable_variables])
+    forward = jax.jit(lambda weights, images: model.stateless_call(*weights, images, training=False)[0])
+
+    def predict(images, batch_size):
+        parts = [np.asarray(forward(weights, images[i : i + batch_size])) for i in range(0, len(images), batch_size)]
+        return np.concatenate(parts).astype("float32")
+
+    return (lambda: np.asarray(forward(weights, batch))), predict
 
 
 def agreement(a, b):

@@ -39,10 +39,11 @@ SUITES = {
     },
     # A GPU, under KERAS_BACKEND=jax with timm on CUDA (no TensorFlow there, so no keras-hub-on-TF,
     # LiteRT or tf.data cases): the inference cases at batch 256, and ViT-B/16 training at batch 256
-    # in bfloat16 against timm with bf16 autocast, eager and torch.compile.
+    # in bfloat16 against timm with bf16 autocast, eager and torch.compile. Keras models infer
+    # through `predict_on_batch` ("xla") and through a jitted `stateless_call` ("stateless").
     "gpu": {
-        "inference": [dict(name=f"{n} inference b256", model=p, batch=256, dtypes=BOTH, timm_modes=TIMM_MODES,
-                           agreement_images=1024)
+        "inference": [dict(name=f"{n} inference b256", model=p, batch=256, dtypes=BOTH, compilers=("xla", "stateless"),
+                           timm_modes=TIMM_MODES, agreement_images=1024)
                       for n, p in (("S/16", "vit_s16"), ("B/16", "vit_b16"))],
         "training": [dict(name="B/16 training b256", model="vit_b16", batch=256, steps_per_repeat=10,
                           dtypes=("mixed_bfloat16",), timm_modes=("eager_bf16", "compile_bf16"))],

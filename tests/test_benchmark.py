@@ -112,6 +112,22 @@ def test_frozen_mode_rows_compute_what_the_graph_computes():
     assert frozen["agreement_with_float32"] == graph["agreement_with_float32"]
 
 
+def test_stateless_mode_rows_compute_what_predict_computes():
+    case = dict(name="tiny", model=TINY, batch=4, dtypes=("float32", "mixed_bfloat16"), compilers=("xla", "stateless"),
+                timm_modes=(), agreement_images=12)  # fmt: skip
+    if keras.backend.backend() != "jax":
+        model = models.build_keras_vit(models.config_for(TINY))
+        with pytest.raises(ValueError, match="needs the JAX backend"):
+            inference.keras_forward(model, "stateless", keras.ops.zeros((4, 32, 32, 3)))
+        return
+    rows = inference.run_case(case, (), repeats=5, log=lambda row: None)
+    assert [(r["mode"], r["compiler"]) for r in rows] == [(d, c) for d in case["dtypes"] for c in case["compilers"]]
+    assert all(r["images_per_s"] > 0 for r in rows)
+    xla, stateless = rows[2], rows[3]  # bf16 against the float32 predict_on_batch logits
+    assert xla["max_logit_error"] > 0 and stateless["max_logit_error"] == pytest.approx(xla["max_logit_error"], rel=0.01)
+    assert stateless["agreement_with_float32"] == pytest.approx(xla["agreement_with_float32"], abs=1 / 12)
+
+
 @pytest.mark.skipif(keras.backend.backend() != "jax", reason="the no-TensorFlow path of the GPU machine (JAX)")
 def test_training_rows_without_tensorflow(monkeypatch):
     # As on the GPU machine, where TensorFlow is not installed: a generator of on-device batches
