@@ -66,7 +66,7 @@ def keras_forward(model, compiler, batch):
 def _stateless_forward(model, batch):
     """`jax.jit` of `model.stateless_call` with the weights as arguments: how a JAX program
     serves a Keras model. Keras's `predict_on_batch` also reads every variable and writes each
-    back on every call, which cost 2.4-2.7 ms per call on the H100 machine's host (ViT-S/16,
+    back on every call, which cost 2.0-2.7 ms per call on the H100 machine's host (ViT-S/16,
     docs/benchmarks.md)."""
     import keras
 
@@ -81,7 +81,8 @@ def _stateless_forward(model, batch):
         parts = [np.asarray(forward(weights, images[i : i + batch_size])) for i in range(0, len(images), batch_size)]
         return np.concatenate(parts).astype("float32")
 
-    return (lambda: np.asarray(forward(weights, batch))), predict
+    # the step waits for the GPU and leaves the logits there, as timm's does
+    return (lambda: forward(weights, batch).block_until_ready()), predict
 
 
 def agreement(a, b):
