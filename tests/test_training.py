@@ -1,5 +1,6 @@
 """The training application: data sources, pipelines, recipes, run directories, faults."""
 
+import dataclasses
 import json
 import logging
 import os
@@ -153,7 +154,28 @@ def test_empty_folder_and_foreign_run_dir(tmp_path, capsys):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "config.yaml").write_text("dataset: something else\n")
     assert main(["train", "--epochs", "1", "--run-dir", str(tmp_path / "run")]) == 2
-    assert "holds a run with a different config; pass --overwrite" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "holds a run with a different config (augment: None there, 'translate' now, " in err
+    assert re.search(r"crop_scale: None there, \[0.08, 1.0\] now and \d+ more\); pass --overwrite", err)
+
+
+def test_run_resumes_with_execution_settings_changed(tmp_path, caplog):
+    # jit_compile and steps_per_execution change how a run executes, not what it computes
+    from keras_vit.training import run
+
+    run_dir = tmp_path / "run"
+    config = TrainConfig(run_dir=str(run_dir), model=SMALL_MODEL, epochs=1, jit_compile=False).resolved()
+    run._prepare_run_dir(config, overwrite=False)
+    (run_dir / "backup").mkdir()
+    (run_dir / "backup" / "state").write_text("an interrupted run's state")
+    caplog.set_level(logging.INFO, logger="keras_vit")
+    run._prepare_run_dir(dataclasses.replace(config, jit_compile=True, steps_per_execution=2), overwrite=False)
+    assert "resumes with jit_compile: False there, True now, steps_per_execution: 1 there, 2 now" in caplog.text
+    assert (run_dir / "backup" / "state").exists() and "jit_compile: true" in (run_dir / "config.yaml").read_text()
+    with pytest.raises(ValueError, match=r"different config \(epochs: 1 there, 2 now\); pass --overwrite"):
+        run._prepare_run_dir(dataclasses.replace(config, epochs=2, jit_compile=True), overwrite=False)
+    run._prepare_run_dir(dataclasses.replace(config, epochs=2), overwrite=True)
+    assert not (run_dir / "backup").exists()
 
 
 def test_nan_loss_stops_with_a_reason(tmp_path):

@@ -154,20 +154,36 @@ def _eval_pipeline(ds, c, size, num_classes, batch):
     return pipeline.eval_pipeline(ds, size, num_classes, batch, crop=1.0 if c.is_digits else pipeline.EVAL_CROP)
 
 
+# How a run executes, not what it computes: a run may resume with these changed.
+EXECUTION_FIELDS = ("jit_compile", "steps_per_execution")
+
+
 def _prepare_run_dir(c, overwrite):
-    """Creates the run directory, or checks that an existing one belongs to this config."""
+    """Creates the run directory, or checks that an existing one belongs to this config (only
+    `EXECUTION_FIELDS` may differ; the stored config then takes the new values)."""
     run_dir = Path(c.run_dir)
     stored = run_dir / CONFIG_FILE
     text = yaml.safe_dump(c.to_dict(), sort_keys=True)
     if stored.is_file() and stored.read_text() != text:
-        if not overwrite:
-            raise ValueError(f"{run_dir} holds a run with a different config; pass --overwrite to replace it "
-                             "or choose another --run-dir.")  # fmt: skip
-        for name in ("best.keras", "last.keras", "log.csv", EVAL_FILE):
-            if (run_dir / name).exists():
-                os.unlink(run_dir / name)
-        shutil.rmtree(run_dir / "backup", ignore_errors=True)
+        before, after = yaml.safe_load(stored.read_text()) or {}, yaml.safe_load(text)
+        changed = [k for k in sorted(set(before) | set(after)) if before.get(k) != after.get(k)]
+        if set(changed) <= set(EXECUTION_FIELDS):
+            logger.info("keras_vit: %s resumes with %s", run_dir, _changes(changed, before, after))
+        elif not overwrite:
+            fields = _changes([k for k in changed if k not in EXECUTION_FIELDS], before, after)
+            raise ValueError(f"{run_dir} holds a run with a different config ({fields}); pass --overwrite to "
+                             "replace it or choose another --run-dir.")  # fmt: skip
+        else:
+            for name in ("best.keras", "last.keras", "log.csv", EVAL_FILE):
+                if (run_dir / name).exists():
+                    os.unlink(run_dir / name)
+            shutil.rmtree(run_dir / "backup", ignore_errors=True)
     run_dir.mkdir(parents=True, exist_ok=True)
     stored.write_text(text)
     return run_dir
+
+
+def _changes(fields, before, after, shown=4):
+    text = ", ".join(f"{k}: {before.get(k)!r} there, {after.get(k)!r} now" for k in fields[:shown])
+    return text + (f" and {len(fields) - shown} more" if len(fields) > shown else "")
 
