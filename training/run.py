@@ -164,8 +164,9 @@ def _prepare_run_dir(c, overwrite):
     run_dir = Path(c.run_dir)
     stored = run_dir / CONFIG_FILE
     text = yaml.safe_dump(c.to_dict(), sort_keys=True)
-    if stored.is_file() and stored.read_text() != text:
-        before, after = yaml.safe_load(stored.read_text()) or {}, yaml.safe_load(text)
+    stored_text = stored.read_text() if stored.is_file() else text
+    if stored_text != text:
+        before, after = yaml.safe_load(stored_text) or {}, yaml.safe_load(text)
         changed = [k for k in sorted(set(before) | set(after)) if before.get(k) != after.get(k)]
         if set(changed) <= set(EXECUTION_FIELDS):
             logger.info("keras_vit: %s resumes with %s", run_dir, _changes(changed, before, after))

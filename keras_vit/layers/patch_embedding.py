@@ -39,7 +39,7 @@ class PatchEmbedding(keras.layers.Layer):
     def _project_patches(self, images):
         """The same map as `projection`, as patches flattened in (row, col, channel) order
         times the HWIO kernel read as `(P*P*C, D)`. Used for inference on JAX, where XLA's
-        convolution with 3 input channels and stride P ran 4-6x slower than this on an H100
+        convolution with 3 input channels and stride P ran 3-6x slower than this on an H100
         (ViT-B/16 batch 256: 2.0 ms against 0.33-0.51 ms; bf16 inference +7%) and 1.3-2.5x
         slower on 2 CPU cores. `fit` on the H100 ran 1-3% slower with it, so training keeps the
         Conv2D; so do torch (its CPU convolution was faster) and TensorFlow (a tie), see
