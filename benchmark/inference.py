@@ -55,12 +55,7 @@ def keras_forward(model, compiler, batch):
     from keras_vit.export.frozen import freeze
 
     forward = freeze(model)
-
-    def predict(images, batch_size):
-        parts = [forward(images[i : i + batch_size]).numpy() for i in range(0, len(images), batch_size)]
-        return np.concatenate(parts).astype("float32")
-
-    return (lambda: forward(batch).numpy()), predict
+    return (lambda: forward(batch).numpy()), _batched(lambda images: forward(images).numpy())
 
 
 def _stateless_forward(model, batch):
@@ -76,13 +71,19 @@ def _stateless_forward(model, batch):
 
     weights = ([v.value for v in model.trainable_variables], [v.value for v in model.non_trainable_variables])
     forward = jax.jit(lambda weights, images: model.stateless_call(*weights, images, training=False)[0])
+    # the step waits for the GPU and leaves the logits there, as timm's does
+    return (lambda: forward(weights, batch).block_until_ready()), _batched(lambda x: np.asarray(forward(weights, x)))
+
+
+def _batched(forward):
+    """`predict(images, batch_size)`: float32 logits of `forward` (a batch -> NumPy) over `images`
+    in batches."""
 
     def predict(images, batch_size):
-        parts = [np.asarray(forward(weights, images[i : i + batch_size])) for i in range(0, len(images), batch_size)]
+        parts = [forward(images[i : i + batch_size]) for i in range(0, len(images), batch_size)]
         return np.concatenate(parts).astype("float32")
 
-    # the step waits for the GPU and leaves the logits there, as timm's does
-    return (lambda: forward(weights, batch).block_until_ready()), predict
+    return predict
 
 
 def agreement(a, b):
