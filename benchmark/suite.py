@@ -110,7 +110,7 @@ def targets(results, suite, peak_gflops):
                     mode = mode_label(r)
                     check(f"{name}: first step seconds ({mode})", r["first_step_s"], 10.0, at_least=False)
     litert = {r["mode"]: r["latency_ms"] for r in results.get("litert", [])}
-    for mode, label in (("int8", "full-int8"), ("int8-mixed", "int8-mixed (float softmax, GELU, rsqrt)")):
+    for mode, label in (("int8", "full-int8"), ("int8-mixed", "int8-mixed (float softmax, GELU, normalisation)")):
         if mode in litert and "float32" in litert:
             check(f"LiteRT {label} latency / float32 latency", litert[mode] / litert["float32"], 0.35, at_least=False)
     for case in SUITES[suite].get("pipeline", []):

@@ -4,6 +4,7 @@ runner on the `ai_edge_litert` interpreter."""
 import logging
 import tempfile
 import time
+from typing import NamedTuple
 
 import numpy as np
 import tensorflow as tf
@@ -15,12 +16,16 @@ MODES = ("float32", "float16", "dynamic", "int8", "int8-mixed", "int16x8")
 IO_TYPES = {"int8": ("float32", "int8", "uint8"), "int8-mixed": ("float32", "int8", "uint8"),
             "int16x8": ("float32", "int16")}  # fmt: skip
 CALIBRATED = tuple(IO_TYPES)  # the modes with quantised activations (and input/output options)
-# Ops that int8-mixed computes in float32 (between a DEQUANTIZE and a QUANTIZE): the XNNPACK
-# delegate has no int8 kernels for them (ai-edge-litert 2.3.0), so in an int8 file LiteRT runs
-# them on its builtin kernels, single-threaded. S/16 batch 1, 2 threads: 24-25 ms as int8,
-# 16-17 ms with these in float32 (docs/benchmarks.md).
-MIXED_FLOAT_OPS = ("SOFTMAX", "GELU", "RSQRT")
-_EDGE_OPS = ("QUANTIZE", "DEQUANTIZE")
+# Ops that int8-mixed computes in float32 (between a DEQUANTIZE and a QUANTIZE), with
+# LayerNorm's epsilon ADD. The XNNPACK delegate has no int8 kernels for SOFTMAX, GELU and
+# RSQRT (ai-edge-litert 2.3.0), so in an int8 file LiteRT runs them on its builtin kernels,
+# single-threaded: S/16 batch 1, 2 threads, 24-25 ms as int8, 16-17 ms with those three in
+# float32. Taking the rest of the normalisations (LayerNorm's MEAN, SUB, MUL and epsilon ADD,
+# the input scaling, attention's query scaling) to float32 too took another 4-6% off
+# (8.6 against 9.1 ms on Zen 5; docs/benchmarks.md). Matmuls, the patch convolution and the
+# residual adds stay int8.
+MIXED_FLOAT_OPS = ("SOFTMAX", "GELU", "RSQRT", "MEAN", "SUB", "MUL")
+
 
 
 class ClassifierModule(tf.Module):
@@ -47,8 +52,9 @@ def convert(module, mode="float32", calibration_images=None, io_type="float32", 
 
     float32; float16 (weights); dynamic (int8 weights, float activations); int8 (full
     integer, calibrated on `calibration_images`; `io_type` float32, int8 or uint8);
-    int8-mixed (int8, but `MIXED_FLOAT_OPS` in float32: faster on CPU, not for integer-only
-    accelerators); int16x8 (int16 activations, int8 weights; `io_type` float32 or int16).
+    int8-mixed (int8 matmuls, convolution and residual adds; softmax, GELU and the
+    normalisations in float32: faster on CPU, not for integer-only accelerators); int16x8
+    (int16 activations, int8 weights; `io_type` float32 or int16).
     Builtin ops only.
     Calibrated modes quantise Dense kernels per tensor unless `per_channel_dense`; int8
     matmul operands are made XNNPACK-ready (`symmetric_matmul_operands`)."""
@@ -88,13 +94,16 @@ def convert(module, mode="float32", calibration_images=None, io_type="float32", 
 
 def _quantize_except(converter, float_ops, io_dtype, per_channel_dense):
     """Full-integer quantisation of `converter`'s model (calibrated by it) that leaves the
-    builtin ops named in `float_ops` in float32 (TFLite's selective quantisation, the
-    quantisation debugger's `denylisted_ops`; the converter itself has no public switch)."""
+    builtin ops named in `float_ops`, and LayerNorm's epsilon ADDs, in float32 (TFLite's
+    selective quantisation, the quantisation debugger's `denylisted_ops` and
+    `denylisted_nodes`; the converter itself has no public switch)."""
     from tensorflow.lite.python import convert as lite_convert
 
     converter._experimental_calibrate_only = True
-    return lite_convert.mlir_quantize(converter.convert(), input_data_type=io_dtype, output_data_type=io_dtype,
+    calibrated = converter.convert()
+    return lite_convert.mlir_quantize(calibrated, input_data_type=io_dtype, output_data_type=io_dtype,
                                       denylisted_ops=list(float_ops),
+                                      denylisted_nodes=[op.output for op in _epsilon_adds(operators(calibrated))],
                                       disable_per_channel_for_dense_layers=not per_channel_dense)  # fmt: skip
 
 
@@ -212,8 +221,19 @@ def symmetric_matmul_operands(model_bytes):
     return _pack(model, len(model_bytes)) if changed else model_bytes
 
 
+class Operator(NamedTuple):
+    """One operator of a .tflite model, as `operators` lists it."""
+
+    name: str  # builtin name (or the custom op's name)
+    dtypes: tuple  # input tensor types, e.g. ("int8", "int32")
+    at_input: bool  # reads a graph input
+    at_output: bool  # writes a graph output
+    output: str  # name of its first output tensor
+    readers: tuple  # names of the operators that read its outputs
+
+
 def operators(model_bytes):
-    """`(op name, input dtypes, is graph input op, is graph output op)` of every operator."""
+    """An `Operator` for every operator of every subgraph, in order."""
     from tensorflow.lite.python import schema_py_generated as schema
 
     names = _builtin_names(schema)
@@ -229,35 +249,52 @@ def operators(model_bytes):
     for s in range(model.SubgraphsLength()):
         graph = model.Subgraphs(s)
         inputs, outputs = set(graph.InputsAsNumpy().tolist()), set(graph.OutputsAsNumpy().tolist())
+        ops = []
         for o in range(graph.OperatorsLength()):
             op = graph.Operators(o)
             ins = [t for t in op.InputsAsNumpy().tolist() if t >= 0] if op.InputsLength() else []
             outs = op.OutputsAsNumpy().tolist() if op.OutputsLength() else []
-            dtypes = tuple(types[graph.Tensors(t).Type()] for t in ins)
-            result.append((codes[op.OpcodeIndex()], dtypes, bool(inputs & set(ins)), bool(outputs & set(outs))))
+            ops.append((codes[op.OpcodeIndex()], ins, outs))
+        readers = {}
+        for name, ins, _ in ops:
+            for t in ins:
+                readers.setdefault(t, []).append(name)
+        for name, ins, outs in ops:
+            result.append(Operator(name, tuple(types[graph.Tensors(t).Type()] for t in ins), bool(inputs & set(ins)),
+                                   bool(outputs & set(outs)), graph.Tensors(outs[0]).Name().decode() if outs else "",
+                                   tuple(r for t in outs for r in readers.get(t, ()))))  # fmt: skip
     return result
+
+
+def _epsilon_adds(ops):
+    """The ADDs whose result only RSQRTs read: LayerNorm's `variance + epsilon`."""
+    return [op for op in ops if op.name == "ADD" and op.readers and set(op.readers) == {"RSQRT"}]
 
 
 def check_ops(model_bytes, mode):
     """Raises unless every operator is a builtin (no Flex/SELECT_TF_OPS, no custom op) and,
     for full-integer modes, no operator computes in float (only the QUANTIZE at a graph
     input and the DEQUANTIZE at a graph output may touch float; in int8-mixed also
-    `MIXED_FLOAT_OPS` and the QUANTIZE after them). Returns the op names."""
+    `MIXED_FLOAT_OPS`, LayerNorm's epsilon ADD and the QUANTIZEs back to int8). Returns the
+    op names."""
     from tensorflow.lite.python import schema_py_generated as schema
 
     builtin = set(_builtin_names(schema).values()) - {"CUSTOM", "DELEGATE"}
     ops = operators(model_bytes)
-    foreign = sorted({name for name, *_ in ops if name not in builtin})
+    foreign = sorted({op.name for op in ops if op.name not in builtin})
     if foreign:
         raise ExportError(f"the {mode} model uses non-builtin ops {', '.join(foreign)} (not on stock LiteRT).")
     if mode in CALIBRATED:
-        allowed = MIXED_FLOAT_OPS + ("QUANTIZE",) if mode == "int8-mixed" else ()
-        floating = sorted({name for name, dtypes, at_input, at_output in ops
-                           if any(d.startswith("float") for d in dtypes) and name not in allowed
-                           and not (name == "QUANTIZE" and at_input) and not (name == "DEQUANTIZE" and at_output)})  # fmt: skip
+        mixed = mode == "int8-mixed"
+        allowed = MIXED_FLOAT_OPS + ("QUANTIZE",) if mixed else ()
+        epsilon = {id(op) for op in _epsilon_adds(ops)} if mixed else set()
+        floating = sorted({op.name for op in ops
+                           if any(d.startswith("float") for d in op.dtypes) and op.name not in allowed
+                           and id(op) not in epsilon and not (op.name == "QUANTIZE" and op.at_input)
+                           and not (op.name == "DEQUANTIZE" and op.at_output)})  # fmt: skip
         if floating:
             raise ExportError(f"the {mode} model still computes in float in {', '.join(floating)}.")
-    return sorted({name for name, *_ in ops})
+    return sorted({op.name for op in ops})
 
 
 class LiteRTModel:

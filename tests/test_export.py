@@ -102,16 +102,25 @@ def test_every_tflite_file_has_builtin_ops_only_and_int8_has_no_float_compute(ex
         ops = check_ops(data, row["mode"])
         assert "GELU" in ops and "FULLY_CONNECTED" in ops, name
         if row["mode"] == "int8":
-            inner = [(op, types) for op, types, at_input, at_output in litert.operators(data)
-                     if not (op == "QUANTIZE" and at_input) and not (op == "DEQUANTIZE" and at_output)]  # fmt: skip
-            assert all(t in ("int8", "int32") for _, types in inner for t in types), name
+            inner = [op.dtypes for op in litert.operators(data)
+                     if not (op.name == "QUANTIZE" and op.at_input) and not (op.name == "DEQUANTIZE" and op.at_output)]  # fmt: skip
+            assert all(t in ("int8", "int32") for types in inner for t in types), name
         if row["mode"] == "int8-mixed":
-            floating = {op for op, types, *_ in litert.operators(data) if "float32" in types}
-            assert floating == {"SOFTMAX", "GELU", "RSQRT", "QUANTIZE"}, floating
-            matmuls = [types for op, types, *_ in litert.operators(data) if op in ("FULLY_CONNECTED", "BATCH_MATMUL")]
-            assert matmuls and all(types[:2] == ("int8", "int8") for types in matmuls)
-            with pytest.raises(ExportError, match="computes in float in GELU, QUANTIZE, RSQRT, SOFTMAX"):
+            ops = litert.operators(data)
+            floating = {op.name for op in ops if "float32" in op.dtypes}
+            assert floating == {"SOFTMAX", "GELU", "MEAN", "SUB", "MUL", "ADD", "RSQRT", "QUANTIZE"}, floating
+            # The only float ADDs are LayerNorm's `variance + epsilon`; the residual adds stay int8.
+            adds = [op for op in ops if op.name == "ADD"]
+            assert {op.readers for op in adds if "float32" in op.dtypes} == {("RSQRT",)}
+            assert any(op.dtypes == ("int8", "int8") for op in adds)
+            int8 = [op.dtypes for op in ops if op.name in ("FULLY_CONNECTED", "BATCH_MATMUL", "CONV_2D")]
+            assert int8 and all(types[:2] == ("int8", "int8") for types in int8)
+            with pytest.raises(ExportError, match="computes in float in ADD, GELU, MEAN, MUL, QUANTIZE, RSQRT, SOFTMAX, SUB"):
                 check_ops(data, "int8")
+            # Float residual adds and matmuls (the dynamic file has both) are refused in int8-mixed.
+            dynamic = (out / "tflite" / "vit_dynamic.tflite").read_bytes()
+            with pytest.raises(ExportError, match="computes in float in ADD, BATCH_MATMUL, CONCATENATION"):
+                check_ops(dynamic, "int8-mixed")
 
 
 def _matmul_zero_points(model_bytes):

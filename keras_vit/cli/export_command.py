@@ -19,8 +19,8 @@ def add_parser(subparsers):
     parser.add_argument("--saved-model", metavar="DIR", help="TF Serving model base directory")
     parser.add_argument("--tflite", metavar="DIR", help="directory for the .tflite files")
     parser.add_argument("--quantize", nargs="+", metavar="MODE", default=["float32", "int8"],
-                        help="LiteRT modes (default: float32 int8); int8-mixed computes softmax, GELU "
-                             "and rsqrt in float32: faster on CPUs, not for integer-only accelerators")  # fmt: skip
+                        help="LiteRT modes (default: float32 int8); int8-mixed computes softmax, GELU and "
+                             "the normalisations in float32: faster on CPUs, not for integer-only accelerators")  # fmt: skip
     parser.add_argument("--io-type", default="float32",
                         help="input/output type of int8 and int8-mixed (float32, int8, uint8) and int16x8 (float32, int16) files")
     parser.add_argument("--name", default="vit", help="model name: TF Serving folder and .tflite prefix (vit)")
