@@ -27,7 +27,6 @@ CALIBRATED = tuple(IO_TYPES)  # the modes with quantised activations (and input/
 MIXED_FLOAT_OPS = ("SOFTMAX", "GELU", "RSQRT", "MEAN", "SUB", "MUL")
 
 
-
 class ClassifierModule(tf.Module):
     """Batch-1 `(1, H, W, 3)` float pixels in [0, 255] -> `probability` (one output, as
     on-device classifiers expect). `predict` maps images to logits; `variables` are the
@@ -103,7 +102,7 @@ def _quantize_except(converter, float_ops, io_dtype, per_channel_dense):
     calibrated = converter.convert()
     return lite_convert.mlir_quantize(calibrated, input_data_type=io_dtype, output_data_type=io_dtype,
                                       denylisted_ops=list(float_ops),
-                                      denylisted_nodes=[op.output for op in _epsilon_adds(operators(calibrated))],
+                                      denylisted_nodes=[op.output for op in operators(calibrated) if _is_epsilon_add(op)],
                                       disable_per_channel_for_dense_layers=not per_channel_dense)  # fmt: skip
 
 
@@ -266,9 +265,9 @@ def operators(model_bytes):
     return result
 
 
-def _epsilon_adds(ops):
-    """The ADDs whose result only RSQRTs read: LayerNorm's `variance + epsilon`."""
-    return [op for op in ops if op.name == "ADD" and op.readers and set(op.readers) == {"RSQRT"}]
+def _is_epsilon_add(op):
+    """Whether `op` is an ADD whose result only RSQRTs read: LayerNorm's `variance + epsilon`."""
+    return op.name == "ADD" and set(op.readers) == {"RSQRT"}
 
 
 def check_ops(model_bytes, mode):
@@ -287,10 +286,9 @@ def check_ops(model_bytes, mode):
     if mode in CALIBRATED:
         mixed = mode == "int8-mixed"
         allowed = MIXED_FLOAT_OPS + ("QUANTIZE",) if mixed else ()
-        epsilon = {id(op) for op in _epsilon_adds(ops)} if mixed else set()
         floating = sorted({op.name for op in ops
                            if any(d.startswith("float") for d in op.dtypes) and op.name not in allowed
-                           and id(op) not in epsilon and not (op.name == "QUANTIZE" and op.at_input)
+                           and not (mixed and _is_epsilon_add(op)) and not (op.name == "QUANTIZE" and op.at_input)
                            and not (op.name == "DEQUANTIZE" and op.at_output)})  # fmt: skip
         if floating:
             raise ExportError(f"the {mode} model still computes in float in {', '.join(floating)}.")
