@@ -175,6 +175,28 @@ def test_the_op_check_catches_flex_ops_and_keras_layer_norm_float_compute():
         check_ops(litert.convert(module, "int8", calibration), "int8")
 
 
+def test_hybrid_resnet_stem_exports_in_every_calibrated_mode():
+    # The stem's GroupNorm once lowered to float NEG and SQUARE, which stopped these exports.
+    from conftest import images, perturb, tiny_config
+
+    import keras_vit
+    from keras_vit.export import LiteRTModel, check_ops, litert
+
+    keras.utils.set_random_seed(0)
+    config = tiny_config(resnet_layers=(1, 1), resnet_width=32, patch_size=1)
+    model = perturb(keras_vit.ViT(config), scale=0.2)
+    calibration, x = images(batch=16, size=config.image_size, seed=1), images(batch=8, size=config.image_size, seed=2)
+    expected = keras.ops.convert_to_numpy(keras.ops.softmax(model(x)))
+    bars = {"float32": 1e-5, "int8": 0.2, "int8-mixed": 0.2, "int16x8": 0.1}  # random weights, random pixels
+    for mode, bar in bars.items():
+        model_bytes = litert.convert(litert.keras_module(model), mode, calibration)
+        ops = check_ops(model_bytes, mode)  # raises on float compute in the calibrated modes
+        assert "NEG" not in ops and "SQUARE" not in ops
+        probabilities = LiteRTModel(model_bytes).predict(x)
+        assert np.abs(probabilities - expected).max() < bar, mode
+        assert np.mean(probabilities.argmax(-1) == expected.argmax(-1)) >= 0.75, mode
+
+
 def test_tflite_metadata_labels_and_mediapipe_image_classifier_agree_with_litert(source, exported):
     import mediapipe as mp
     from mediapipe.tasks import python as mp_tasks

@@ -113,6 +113,27 @@ def test_std_conv_standardises_each_filter():
         np.testing.assert_allclose(y, keras.ops.convert_to_numpy(plain(x)), atol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "mixed_bfloat16"])
+def test_group_norm_equals_keras_and_a_float64_reference(dtype):
+    x = np.random.default_rng(3).normal(2.0, 3.0, (2, 5, 6, 64)).astype("float32")
+    ours = keras_vit.layers.GroupNormalization(32, epsilon=1e-6, dtype=dtype)
+    theirs = keras.layers.GroupNormalization(32, epsilon=1e-6, dtype=dtype)
+    ours.build(x.shape), theirs.build(x.shape)
+    rng = np.random.default_rng(4)
+    weights = [rng.normal(1.0, 0.5, 64).astype("float32"), rng.normal(0.0, 0.5, 64).astype("float32")]
+    ours.set_weights(weights), theirs.set_weights(weights)
+    grouped = x.astype(np.float64).reshape(2, 30, 32, 2)
+    mean, var = grouped.mean(axis=(1, 3), keepdims=True), grouped.var(axis=(1, 3), keepdims=True)
+    expected = ((grouped - mean) / np.sqrt(var + 1e-6)).reshape(x.shape) * weights[0] + weights[1]
+    y, keras_y = (keras.ops.convert_to_numpy(keras.ops.cast(layer(x), "float32")) for layer in (ours, theirs))
+    tolerance = 1e-5 if dtype == "float32" else 2e-2 * np.abs(expected).max()  # bf16 input and output rounding
+    np.testing.assert_allclose(y, expected, atol=tolerance)
+    np.testing.assert_allclose(y, keras_y, atol=tolerance)
+    assert [w.name for w in ours.weights] == [w.name for w in theirs.weights] == ["gamma", "beta"]
+    with pytest.raises(ValueError, match="last axis"):
+        keras_vit.layers.GroupNormalization(4, axis=1).build((2, 8, 6, 6))
+
+
 def test_official_initialisation():
     model = keras_vit.ViT.from_preset("vit_s16", num_classes=10)
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(model.get_layer("class_token").token), 0.0)

@@ -47,6 +47,7 @@ LAYERS = [
     (keras_vit.layers.LayerScale, dict(init_value=0.5), (2, 5, 16)),
     (keras_vit.layers.EncoderBlock, dict(num_heads=2, mlp_dim=32, layer_scale_init=0.1), (2, 5, 16)),
     (keras_vit.layers.TokenPooling, dict(mode="gap"), (2, 5, 16)),
+    (keras_vit.layers.GroupNormalization, dict(groups=4, epsilon=1e-6), (2, 4, 4, 8)),
     (keras_vit.layers.StdConv2D, dict(filters=4, kernel_size=3), (2, 8, 8, 3)),
     (keras_vit.layers.BottleneckUnit, dict(filters=32, strides=2), (2, 8, 8, 64)),
     (keras_vit.layers.ResNetStem, dict(stage_sizes=(1, 1), width=32), (1, 32, 32, 3)),

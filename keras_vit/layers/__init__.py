@@ -4,6 +4,7 @@ from keras_vit.layers.attention import MultiHeadSelfAttention
 from keras_vit.layers.class_token import ClassToken
 from keras_vit.layers.drop_path import DropPath
 from keras_vit.layers.encoder_block import EncoderBlock
+from keras_vit.layers.group_normalization import GroupNormalization
 from keras_vit.layers.layer_normalization import LayerNormalization
 from keras_vit.layers.layer_scale import LayerScale
 from keras_vit.layers.mlp import MLP
@@ -19,6 +20,7 @@ __all__ = [
     "ClassToken",
     "DropPath",
     "EncoderBlock",
+    "GroupNormalization",
     "ImageNormalization",
     "LayerNormalization",
     "LayerScale",

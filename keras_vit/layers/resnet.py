@@ -8,6 +8,8 @@ stride 1 and every later stage at stride 2: total stride 16 with stages (3, 4, 9
 import keras
 from keras import ops
 
+from keras_vit.layers.group_normalization import GroupNormalization
+
 GROUPS = 32
 # Normalisation constants: the official Flax code (GroupNorm epsilon 1e-6, kernels divided by
 # std + 1e-5) and timm's port of it (GroupNorm 1e-5, kernels divided by sqrt(var + 1e-8)).
@@ -47,7 +49,7 @@ def _std_conv(filters, kernel_size, numerics, name, policy, strides=1):
 
 
 def _group_norm(name, policy, numerics, zero_scale=False):
-    return keras.layers.GroupNormalization(
+    return GroupNormalization(
         GROUPS,
         epsilon=NUMERICS[numerics]["group_norm_epsilon"],
         gamma_initializer="zeros" if zero_scale else "ones",
