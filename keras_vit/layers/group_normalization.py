@@ -28,8 +28,7 @@ class GroupNormalization(keras.layers.GroupNormalization):
         if keras.backend.standardize_dtype(x.dtype) in ("float16", "bfloat16"):
             x = ops.cast(x, "float32")
         channels = x.shape[-1]
-        # (batch, positions, groups, channels per group): rank 4 at most, which LiteRT's
-        # quantised broadcasting kernels take for any input rank.
+        # (batch, positions, groups, channels per group), whatever the input's rank.
         grouped = ops.reshape(x, (ops.shape(x)[0], -1, self.groups, channels // self.groups))
         centred = grouped - ops.mean(grouped, axis=(1, 3), keepdims=True)
         # `centred * centred`, not `square`: the converter fuses sub + square into
