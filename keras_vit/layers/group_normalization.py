@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from keras_vit.layers.layer_normalization import centred_normalize
+
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class GroupNormalization(keras.layers.GroupNormalization):
@@ -24,17 +26,10 @@ class GroupNormalization(keras.layers.GroupNormalization):
         super().build(input_shape)
 
     def call(self, inputs):
-        x = inputs
-        if keras.backend.standardize_dtype(x.dtype) in ("float16", "bfloat16"):
-            x = ops.cast(x, "float32")
-        channels = x.shape[-1]
+        shape = ops.shape(inputs)
         # (batch, positions, groups, channels per group), whatever the input's rank.
-        grouped = ops.reshape(x, (ops.shape(x)[0], -1, self.groups, channels // self.groups))
-        centred = grouped - ops.mean(grouped, axis=(1, 3), keepdims=True)
-        # `centred * centred`, not `square`: the converter fuses sub + square into
-        # SQUARED_DIFFERENCE, which LiteRT cannot run on int16 (int16x8 mode).
-        variance = ops.mean(centred * centred, axis=(1, 3), keepdims=True)
-        y = ops.reshape(centred * ops.rsqrt(variance + self.epsilon), ops.shape(x))
+        grouped = ops.reshape(inputs, (shape[0], -1, self.groups, inputs.shape[-1] // self.groups))
+        y = ops.reshape(centred_normalize(grouped, (1, 3), self.epsilon), shape)
         if self.scale:
             y = y * ops.cast(self.gamma, y.dtype)
         if self.center:

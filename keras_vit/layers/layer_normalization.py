@@ -4,6 +4,18 @@ import keras
 from keras import ops
 
 
+def centred_normalize(x, axis, epsilon):
+    """`(x - mean) * rsqrt(var + epsilon)` over `axis`, in float32 for half-precision `x`: the
+    form that maps onto quantisable TFLite builtins (keras_vit's Layer and GroupNormalization)."""
+    if keras.backend.standardize_dtype(x.dtype) in ("float16", "bfloat16"):
+        x = ops.cast(x, "float32")
+    centred = x - ops.mean(x, axis=axis, keepdims=True)
+    # `centred * centred`, not `square`: the converter fuses sub + square into
+    # SQUARED_DIFFERENCE, which LiteRT cannot run on int16 (int16x8 mode).
+    variance = ops.mean(centred * centred, axis=axis, keepdims=True)
+    return centred * ops.rsqrt(variance + epsilon)
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
 class LayerNormalization(keras.layers.LayerNormalization):
     """`keras.layers.LayerNormalization` (same weights, config and outputs to float rounding)
@@ -19,14 +31,7 @@ class LayerNormalization(keras.layers.LayerNormalization):
     def call(self, inputs):
         if self.rms_scaling:
             return super().call(inputs)
-        x = inputs
-        if keras.backend.standardize_dtype(x.dtype) in ("float16", "bfloat16"):
-            x = ops.cast(x, "float32")
-        centred = x - ops.mean(x, axis=self.axis, keepdims=True)
-        # `centred * centred`, not `square`: the converter fuses sub + square into
-        # SQUARED_DIFFERENCE, which LiteRT cannot run on int16 (int16x8 mode).
-        variance = ops.mean(centred * centred, axis=self.axis, keepdims=True)
-        y = centred * ops.rsqrt(variance + self.epsilon)
+        y = centred_normalize(inputs, self.axis, self.epsilon)
         if self.scale:
             y = y * ops.cast(self.gamma, y.dtype)
         if self.center:
