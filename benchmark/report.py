@@ -30,6 +30,8 @@ def markdown(result):
         "",
         "Versions: " + ", ".join(f"{k} {v}" for k, v in result["versions"].items()) + ".",
     ]
+    for note in result.get("notes", []):
+        lines += ["", note]
     gpu = info.get("accelerator")
     if gpu:
         lines[2] += (f" GPU: {gpu['name']}, measured bf16 matmul {gpu['bf16_matmul_tflops']:.0f} TFLOP/s "

@@ -1,5 +1,9 @@
 """keras_vit: the Vision Transformer (Dosovitskiy et al., ICLR 2021) for Keras 3."""
 
+from keras_vit.onednn import prefer_onednn
+
+prefer_onednn()  # before Keras loads TensorFlow
+
 from keras_vit import checkpoints, layers
 from keras_vit.checkpoints import CheckpointError, list_checkpoints, load_weights, save_npz
 from keras_vit.config import ViTConfig

@@ -1,10 +1,10 @@
 """Shared helpers: small configs, weight perturbation, backend markers."""
 
+import keras_vit  # first: it asks TensorFlow for its oneDNN kernels before Keras loads it  # isort: skip
+
 import keras
 import numpy as np
 import pytest
-
-import keras_vit
 
 
 def pytest_collection_modifyitems(config, items):

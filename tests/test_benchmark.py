@@ -189,6 +189,28 @@ def test_gpu_rows_get_model_flops_utilisation(monkeypatch):
     assert "GPU: Fake GPU, measured bf16 matmul 0 TFLOP/s" in text and "| MFU |" in text
 
 
+@pytest.mark.parametrize("bf16_gflops, kept", [(1.2, ["eager"]), (90.0, ["eager", "eager_bf16"])])
+def test_timm_bf16_modes_left_out_where_torch_emulates_bf16(bf16_gflops, kept, monkeypatch):
+    from keras_vit.benchmark import runner
+
+    monkeypatch.setitem(suite.SUITES, "tiny-cpu", {
+        "inference": [dict(name="tiny", model=TINY, batch=2, dtypes=("float32",), timm_modes=("eager", "eager_bf16"))]})
+    monkeypatch.setattr(machine, "torch_cpu_matmul_gflops", lambda: {"float32": 130.0, "bfloat16": bf16_gflops})
+    logged = []
+    result = runner.run_suite("tiny-cpu", against=("timm",), kinds=("inference",), repeats=5, log=logged.append)
+    assert [r["mode"] for r in result["results"]["inference"] if r["implementation"] == "timm"] == kept
+    notes = result["notes"]
+    assert len(notes) == 2 - len(kept)
+    for note in notes:
+        assert "1.2 GFLOP/s on this CPU against 130 GFLOP/s" in note and note in logged
+        assert f"\n{note}\n" in report.markdown(result)
+
+
+def test_torch_cpu_matmul_rates_are_measured():
+    rates = machine.torch_cpu_matmul_gflops(size=64, repeats=2)
+    assert set(rates) == {"float32", "bfloat16"} and min(rates.values()) > 0
+
+
 def test_gpu_suite_holds_the_issue_case():
     (training_case,) = suite.SUITES["gpu"]["training"]
     assert training_case["model"] == "vit_b16" and training_case["batch"] == 256

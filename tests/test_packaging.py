@@ -1,6 +1,12 @@
 import configparser
 import importlib
+import os
+import platform
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,3 +46,17 @@ def test_library_uses_keras_ops_only():
             if statement.startswith(banned) and not statement.startswith(ALLOWED.get(name, ())):
                 offenders.append(f"{name}: {statement}")
     assert offenders == []
+
+
+@pytest.mark.tensorflow_only
+@pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="oneDNN is asked for on x86-64 only")
+@pytest.mark.parametrize("setting, enabled", [(None, "True"), ("1", "True"), ("0", "False")])
+def test_import_asks_tensorflow_for_onednn(setting, enabled):
+    """`import keras_vit` before TensorFlow turns TensorFlow's oneDNN CPU kernels on (TensorFlow
+    leaves them off on AVX2-only CPUs) unless TF_ENABLE_ONEDNN_OPTS says otherwise."""
+    env = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
+    env.update({"KERAS_BACKEND": "tensorflow"}, **({"TF_ENABLE_ONEDNN_OPTS": setting} if setting else {}))
+    code = ("import os, keras_vit; from tensorflow.python.util import _pywrap_util_port as port; "
+            "print(os.environ['TF_ENABLE_ONEDNN_OPTS'], port.IsMklEnabled())")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split()[-2:] == [setting or "1", enabled]

@@ -55,5 +55,8 @@ def run(args):
 
 
 def _progress(row):
+    if isinstance(row, str):  # a note on what the suite left out
+        print(f"  {row}", flush=True)
+        return
     figure = (f"{row['images_per_s']:.2f} images/s" if "images_per_s" in row else f"{row['latency_ms']:.1f} ms")
     print(f"  {row['case']}: {row['implementation']} {mode_label(row)}: {figure}", flush=True)
