@@ -82,6 +82,24 @@ def test_bfloat16_inference_softmax_equals_the_float32_softmax_rounded():
     np.testing.assert_allclose(keras.ops.convert_to_numpy(probs).sum(-1), 1.0, atol=1e-5)
 
 
+@pytest.mark.tensorflow_only
+def test_bf16_softmax_check_runs_eagerly_only(monkeypatch):
+    # Inside a trace the check cannot read values: it answers False (the float32 softmax) and
+    # does not remember it; the eager answer is remembered.
+    import tensorflow as tf
+
+    from keras_vit.layers import attention
+
+    monkeypatch.setattr(attention, "_BF16_SOFTMAX_EXACT", [])
+    assert tf.function(lambda: tf.constant(attention._bf16_softmax_is_float32_rounded()))().numpy() == False  # noqa: E712
+    assert attention._BF16_SOFTMAX_EXACT == []
+    eager = attention._bf16_softmax_is_float32_rounded()
+    assert attention._BF16_SOFTMAX_EXACT == [eager]
+    layer = keras_vit.layers.MultiHeadSelfAttention(num_heads=4, dtype="mixed_bfloat16")
+    layer.build((None, 50, 64))
+    assert layer._bf16_softmax_without_casts is eager
+
+
 def test_headless_model_returns_features():
     model = keras_vit.ViT(tiny_config(num_classes=0, representation_size=40))
     assert tuple(model(images()).shape) == (2, 40)

@@ -3,6 +3,7 @@
 import functools
 
 import keras
+import numpy as np
 from keras import ops
 
 
@@ -17,7 +18,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     `keras.ops.dot_product_attention` (cuDNN / SDPA fused kernels); on TensorFlow, and
     whenever probabilities are asked for or attention dropout is active, it is written out
     heads-first with the softmax in float32 (except in bfloat16 inference on TensorFlow
-    without returned probabilities, see `_explicit_attention`).
+    without returned probabilities where that is exact, see `_explicit_attention`).
 
     Call with `return_attention_scores=True` to also get the probabilities
     `(batch, heads, tokens, tokens)`.
@@ -49,6 +50,9 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             width, kernel_initializer="glorot_uniform", dtype=self.dtype_policy, name="out"
         )
         self.out.build((None, width))
+        # Checked here, eagerly, because `_explicit_attention` may run inside a traced function.
+        self._bf16_softmax_without_casts = (keras.backend.backend() == "tensorflow" and self.compute_dtype == "bfloat16"
+                                            and _bf16_softmax_is_float32_rounded())  # fmt: skip
 
     def call(self, x, training=None, return_attention_scores=False):
         shape, width = ops.shape(x), x.shape[-1]
@@ -73,11 +77,11 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         q, k, v = ops.unstack(ops.transpose(qkv, (2, 0, 3, 1, 4)), axis=0)  # (batch, heads, tokens, head_dim)
         logits = ops.einsum("bhqd,bhkd->bhqk", q * ops.cast(self.head_dim**-0.5, q.dtype), k)
         # Softmax in float32 for fp16/bf16 safety, except in bfloat16 inference on TensorFlow
-        # when the probabilities stay inside: its bf16 softmax kernel equals the float32 one
-        # rounded to bf16 (bit for bit, checked in tests), which is what the product with v
-        # reads, so the two casts only cost time (S/16 +3%, B/16 +2%, docs/benchmarks.md).
-        bf16_inference = (not (training or return_probs) and keras.backend.backend() == "tensorflow"
-                          and keras.backend.standardize_dtype(logits.dtype) == "bfloat16")
+        # when the probabilities stay inside and TensorFlow's bf16 softmax kernel equals the
+        # float32 one rounded to bf16 (bit for bit on AVX-512 CPUs; checked once per process),
+        # which is what the product with v reads: there the two casts only cost time (S/16 +3%,
+        # B/16 +2%, docs/benchmarks.md).
+        bf16_inference = not (training or return_probs) and self._bf16_softmax_without_casts
         probs = ops.softmax(logits if bf16_inference else ops.cast(logits, "float32"), axis=-1)
         # A batched matmul, then the swap to token-first: TensorFlow's graph optimizer turns the
         # einsum above into a batch matmul but left this one (token-first output) an einsum,
@@ -112,6 +116,25 @@ def _fused_attention(q, k, v, training):
     keys = ops.arange(tokens + 1) < tokens
     mask = ops.broadcast_to(keys[None, None, None, :], (1, 1, tokens + 1, tokens + 1))
     return ops.dot_product_attention(q, k, v, mask=mask)[:, :tokens]
+
+
+_BF16_SOFTMAX_EXACT = []  # the answer of _bf16_softmax_is_float32_rounded, once known
+
+
+def _bf16_softmax_is_float32_rounded():
+    """Whether the backend's bfloat16 softmax gives the float32 softmax rounded to bf16, on 16
+    rows of 197 logits: True with TensorFlow on AVX-512 CPUs; False on AVX2-only ones, whose
+    Eigen kernel differed in about half the values by 1-2 bf16 steps (docs/benchmarks.md).
+    False, and not remembered, where the ops cannot run eagerly (inside a trace)."""
+    if not _BF16_SOFTMAX_EXACT:
+        logits = ops.cast(np.random.default_rng(0).standard_normal((16, 197)).astype("float32") * 4, "bfloat16")
+        as_float = lambda t: ops.convert_to_numpy(ops.cast(t, "float32"))  # noqa: E731
+        try:
+            direct, rounded = as_float(ops.softmax(logits)), as_float(ops.cast(ops.softmax(as_float(logits)), "bfloat16"))
+        except (TypeError, ValueError, NotImplementedError, AttributeError):  # symbolic tensors
+            return False
+        _BF16_SOFTMAX_EXACT.append(bool(np.array_equal(direct, rounded)))
+    return _BF16_SOFTMAX_EXACT[0]
 
 
 @functools.cache
