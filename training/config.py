@@ -56,7 +56,7 @@ class TrainConfig:
     strategy: str = "auto"
     tpu: Optional[str] = None
     precision: str = "float32"
-    jit_compile: Optional[bool] = None  # XLA; None: on GPUs, TPUs and JAX, off on TensorFlow CPU-only machines
+    jit_compile: Optional[bool] = None  # XLA; None: on GPUs, TPUs and JAX, off on TensorFlow CPUs (see strategy.py)
     steps_per_execution: int = 1
     seed: int = 0
 

@@ -51,7 +51,8 @@ def add_parser(subparsers):
         train.add_argument(flag, **options)
     train.add_argument("--jit-compile", action=argparse.BooleanOptionalAction, default=None,
                        help="compile the training step with XLA (default: on GPUs, TPUs and under JAX; off on "
-                       "TensorFlow CPU-only machines, where TensorFlow's graph mode is faster)")  # fmt: skip
+                       "TensorFlow CPU-only machines, where TensorFlow's graph mode is faster, except "
+                       "mixed_bfloat16 on CPUs without bfloat16 instructions)")  # fmt: skip
     train.add_argument("--overwrite", action="store_true", help="replace a run directory of another config")
     train.set_defaults(run=run_train)
 
