@@ -78,6 +78,46 @@ def test_pipeline_is_deterministic_and_shapes(tmp_path):
     assert images.shape == (4, 16, 16, 3)
 
 
+def test_best_epoch_is_chosen_on_training_examples_never_on_the_evaluation_split():
+    labels = np.repeat(np.arange(10), 50)
+    train, select, held_out = datasets._three_way_split(labels, 0.2, 0.1, seed=0)
+    assert sorted(np.concatenate([train, select, held_out]).tolist()) == list(range(500))  # disjoint, complete
+    assert [np.bincount(labels[part]).tolist() for part in (train, select, held_out)] == [[36] * 10, [4] * 10, [10] * 10]
+    source = datasets.digits(selection_fraction=0.1)
+    assert (source.num_train, source.num_select, source.num_eval) == (1295, 143, 359)
+    seen = [{x.tobytes() + bytes([y]) for x, y in getattr(source, part).as_numpy_iterator()}
+            for part in ("train", "select", "eval")]  # fmt: skip
+    assert len(set.union(*seen)) == sum(map(len, seen)) == 1797  # the digits images are all distinct
+    assert datasets.digits().select is None  # the default: no selection split
+
+
+@pytest.mark.parametrize("split, fraction, expected", [
+    ("train", 0.1, ("train[:90%]", "train[90%:100%]")), ("train[:90%]", 0.1, ("train[:81%]", "train[81%:90%]")),
+    ("train", 0.001, ("train[:99%]", "train[99%:100%]")), ("train", 0.0, ("train", None))])  # fmt: skip
+def test_tfds_selection_split_is_cut_from_the_training_split(split, fraction, expected):
+    assert datasets.selection_splits(split, fraction) == expected
+
+
+def test_tfds_selection_split_refuses_what_it_cannot_cut():
+    with pytest.raises(ValueError, match=r"cannot hold a selection split out of .*'train\[10%:\]'.*--selection-fraction 0"):
+        datasets.selection_splits("train[10%:]", 0.1)
+    with pytest.raises(ValueError, match="leaves nothing of 'train\\[:1%\\]' to train on"):
+        datasets.selection_splits("train[:1%]", 0.5)
+
+
+def test_by_default_best_is_the_last_epoch(tmp_path):
+    run = tmp_path / "run"
+    result = fit(TrainConfig(run_dir=str(run), model=SMALL_MODEL, epochs=2), verbose=0)
+    assert result["selected_on"] == 0 and result["num_examples"] == 359
+    header, *rows = [line.split(",") for line in (run / "log.csv").read_text().splitlines()]
+    assert [row[header.index("val_accuracy")] for row in rows] == ["NA", "NA"]  # Keras's CSVLogger: no validation
+    import keras
+
+    best, last = (keras.saving.load_model(run / name) for name in ("best.keras", "last.keras"))
+    for a, b in zip(best.get_weights(), last.get_weights()):
+        np.testing.assert_array_equal(a, b)
+
+
 def _write_folder(root):
     rng = np.random.default_rng(0)
     for c, name in enumerate(("cat", "dog")):
@@ -100,7 +140,7 @@ def test_image_folder_skips_corrupt_files_and_trains(tmp_path, caplog):
     _write_folder(tmp_path / "data")
     source = datasets.folder(tmp_path / "data", validation_fraction=0.34)
     assert "skipped 2 unreadable image(s)" in caplog.text
-    assert source.class_names == ["cat", "dog"] and source.num_train + source.num_eval == 12
+    assert source.class_names == ["cat", "dog"] and (source.num_train, source.num_select, source.num_eval) == (8, 0, 4)
     shapes = [image.shape for image, _ in source.train.as_numpy_iterator()]
     assert all(s[-1] == 3 for s in shapes)  # grayscale, CMYK, RGBA, palette -> RGB
     result = fit(TrainConfig(dataset=str(tmp_path / "data"), run_dir=str(tmp_path / "run"), model=SMALL_MODEL,
@@ -114,12 +154,14 @@ def test_tfds_pipelines_with_mock_data(tmp_path, monkeypatch, name, split):
 
     monkeypatch.setattr(datasets, "network_available", lambda: True)  # tfds's mock stands in for the download
     with tfds.testing.mock_data(num_examples=12):
-        source = datasets.tfds_source(name, train_split=f"{split}[:75%]", eval_split=f"{split}[75%:]")
+        source = datasets.tfds_source(name, train_split=f"{split}[:75%]", eval_split=f"{split}[75%:]",
+                                      selection_fraction=0.1)  # fmt: skip
         assert len(source.class_names) == {"cifar10": 10, "oxford_flowers102": 102}[name]
+        assert source.select is not None and source.num_select > 0  # (tfds's mock ignores split slices)
         result = fit(TrainConfig(dataset=f"tfds:{name}", run_dir=str(tmp_path / "run"), model=SMALL_MODEL,
                                  train_split=f"{split}[:75%]", eval_split=f"{split}[75%:]", epochs=1,
-                                 batch_size=4), verbose=0)  # fmt: skip
-    assert result["num_examples"] == source.num_eval > 0
+                                 batch_size=4, selection_fraction=0.1), verbose=0)  # fmt: skip
+    assert result["num_examples"] == source.num_eval > 0 and result["selected_on"] == source.num_select
 
 
 def test_tfds_offline_and_unknown_fail_fast(monkeypatch, tmp_path):
@@ -137,6 +179,7 @@ def test_tfds_offline_and_unknown_fail_fast(monkeypatch, tmp_path):
     [
         (["--dataset", "/no/such/folder"], "unknown dataset '/no/such/folder'"),
         (["--dataset", "tfds:imagenett"], "did you mean tfds:imagenette"),
+        (["--selection-fraction", "1"], "selection_fraction must be in [0, 1); got 1.0"),
         (["--recipe", "pretrain", "--preset", "vit_ti16", "--image-size", "230", "--dataset", "digits"],
          "image height 230 is not divisible by patch size 16"),  # fmt: skip
     ],
@@ -374,6 +417,20 @@ def test_nan_epoch_never_replaces_the_last_good_checkpoint(tmp_path):
     restored = keras.saving.load_model(tmp_path / "best.keras")
     assert np.isfinite(keras.ops.convert_to_numpy(restored.get_layer("head").kernel)).all()
     assert not list(tmp_path.glob(".*tmp*"))  # no half-written files left
+
+
+def test_resumed_run_keeps_the_best_epoch_of_before_the_interruption(tmp_path):
+    import keras_vit
+    from keras_vit.training.callbacks import AtomicCheckpoint
+
+    (tmp_path / "log.csv").write_text("epoch,loss,val_accuracy\n0,1.2,0.5\n1,0.9,0.8\n2,nan,NA\n")
+    callback = AtomicCheckpoint(tmp_path)
+    callback.set_model(keras_vit.ViT(keras_vit.ViTConfig(**SMALL_MODEL, num_classes=3)))
+    callback.on_train_begin()
+    callback.on_epoch_end(3, {"loss": 0.7, "val_accuracy": 0.7})
+    assert (tmp_path / "last.keras").is_file() and not (tmp_path / "best.keras").exists()
+    callback.on_epoch_end(4, {"loss": 0.6, "val_accuracy": 0.85})
+    assert (tmp_path / "best.keras").is_file() and callback.best == 0.85
 
 
 def test_dataset_defaults_fill_only_unset_options():

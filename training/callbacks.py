@@ -1,5 +1,6 @@
 """Callbacks of a run: atomic best/last checkpoints and a clean stop on a NaN loss."""
 
+import csv
 import math
 import os
 from pathlib import Path
@@ -8,9 +9,9 @@ import keras
 
 
 class AtomicCheckpoint(keras.callbacks.Callback):
-    """Saves `last.keras` after every epoch and `best.keras` when `monitor` improves, each
-    written to a temporary file and renamed, so a kill never leaves a half-written model.
-    Epochs whose loss is not finite are never saved."""
+    """Saves `last.keras` after every epoch and `best.keras` when `monitor` improves (every
+    epoch when `monitor` is None), each written to a temporary file and renamed, so a kill
+    never leaves a half-written model. Epochs whose loss is not finite are never saved."""
 
     def __init__(self, run_dir, monitor="val_accuracy"):
         super().__init__()
@@ -18,11 +19,24 @@ class AtomicCheckpoint(keras.callbacks.Callback):
         self.monitor = monitor
         self.best = -math.inf
 
+    def on_train_begin(self, logs=None):
+        # A resumed run: BackupAndRestore brings back the weights, not the best value so far,
+        # which log.csv (Keras's CSVLogger, appending) holds.
+        log = self.run_dir / "log.csv"
+        if self.monitor is not None and log.is_file():
+            with log.open(newline="") as file:
+                values = [float(row[self.monitor]) for row in csv.DictReader(file)
+                          if row.get(self.monitor) not in (None, "", "NA")]  # fmt: skip
+            self.best = max([v for v in values if math.isfinite(v)], default=self.best)
+
     def on_epoch_end(self, epoch, logs=None):
         logs = logs or {}
         if not math.isfinite(logs.get("loss", math.nan)):
             return
         self._save("last.keras")
+        if self.monitor is None:
+            self._save("best.keras")
+            return
         value = logs.get(self.monitor)
         if value is not None and value > self.best:
             self.best = value

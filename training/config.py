@@ -24,8 +24,11 @@ class TrainConfig:
 
     Data: `dataset` is "digits", "tfds:NAME" or a folder path; `train_split`/`eval_split`
     use tfds split syntax (e.g. "train[:90%]"); a folder or digits holds out
-    `validation_fraction`. Model: a `preset` with `model` overrides (any ViTConfig field), or
-    the digits default; `weights` is a checkpoint to start from (finetune).
+    `validation_fraction` for evaluation, which never steers training: `best.keras` is the last
+    epoch (the paper reports the model at the end of its schedule), or, with `selection_fraction`,
+    the best epoch on that share of the training examples, held out. Model: a `preset`
+    with `model` overrides (any ViTConfig field), or the digits default; `weights` is a
+    checkpoint to start from (finetune).
     """
 
     dataset: str = "digits"
@@ -33,6 +36,7 @@ class TrainConfig:
     train_split: Optional[str] = None
     eval_split: Optional[str] = None
     validation_fraction: float = 0.2
+    selection_fraction: float = 0.0  # of the training examples, held out to choose best.keras; 0: last epoch
     preset: Optional[str] = None
     model: dict = dataclasses.field(default_factory=dict)
     weights: Optional[str] = None
@@ -74,6 +78,8 @@ class TrainConfig:
             raise ValueError(f"randaugment must be in (0, 1]; got {self.randaugment}.")
         if not 0.0 < self.validation_fraction < 1.0:
             raise ValueError(f"validation_fraction must be in (0, 1); got {self.validation_fraction}.")
+        if not 0.0 <= self.selection_fraction < 1.0:
+            raise ValueError(f"selection_fraction must be in [0, 1); got {self.selection_fraction}.")
         if not (0.0 < self.crop_scale[0] <= self.crop_scale[1] <= 1.0):
             raise ValueError(f"crop_scale must be (low, high) with 0 < low <= high <= 1; got {self.crop_scale}.")
 

@@ -1,14 +1,19 @@
 """Data sources: scikit-learn's digits, an image folder, or any tensorflow-datasets dataset.
 
 Each yields decoded uint8 images `(H, W, 3)` and integer labels as tf.data datasets, plus the
-class names; the pipeline (`pipeline.py`) crops, augments and batches them.
+class names; the pipeline (`pipeline.py`) crops, augments and batches them. Disjoint parts:
+`train`, `eval` (the reported accuracy, never looked at during training) and, when asked for,
+`select` (held out of the training examples to choose `best.keras`).
 """
 
 import dataclasses
 import difflib
 import logging
+import re
 import socket
 from pathlib import Path
+
+from typing import Optional
 
 import numpy as np
 import tensorflow as tf
@@ -24,41 +29,44 @@ class Source:
     class_names: list
     num_train: int
     num_eval: int
+    select: Optional[tf.data.Dataset] = None  # None: no selection split (best.keras is the last epoch)
+    num_select: int = 0
 
 
 def load(config):
     """The `Source` for `config.dataset`: "digits", "tfds:NAME" or a folder path."""
     if config.dataset == "digits":
-        return digits(config.validation_fraction, config.seed)
+        return digits(config.validation_fraction, config.seed, config.selection_fraction)
     if config.dataset.startswith("tfds:"):
-        return tfds_source(config.dataset[5:], config.train_split, config.eval_split)
+        return tfds_source(config.dataset[5:], config.train_split, config.eval_split, config.selection_fraction)
     path = Path(config.dataset)
     if path.is_dir():
-        return folder(path, config.validation_fraction, config.seed)
+        return folder(path, config.validation_fraction, config.seed, config.selection_fraction)
     raise ValueError(f"unknown dataset {config.dataset!r}: use 'digits', 'tfds:NAME' or an image folder "
                      "(one sub-folder per class).")  # fmt: skip
 
 
-def digits(validation_fraction=0.2, seed=0):
+def digits(validation_fraction=0.2, seed=0, selection_fraction=0.0):
     """scikit-learn's bundled handwritten digits (1,797 real 8x8 images, no download), as RGB
-    pixels in [0, 255]; a stratified `validation_fraction` is held out."""
+    pixels in [0, 255]; a stratified `validation_fraction` is held out for evaluation, and
+    `selection_fraction` of the rest for choosing the best epoch."""
     from sklearn.datasets import load_digits
 
     data = load_digits()
     images = np.round(data.images * (255.0 / 16.0)).astype(np.uint8)[..., None].repeat(3, axis=-1)
-    train, held_out = _stratified_split(data.target, validation_fraction, seed)
-    return Source(
-        train=tf.data.Dataset.from_tensor_slices((images[train], data.target[train])),
-        eval=tf.data.Dataset.from_tensor_slices((images[held_out], data.target[held_out])),
-        class_names=[str(d) for d in range(10)],
-        num_train=len(train),
-        num_eval=len(held_out),
-    )
+    train, select, held_out = _three_way_split(data.target, validation_fraction, selection_fraction, seed)
+
+    def dataset(index):
+        return tf.data.Dataset.from_tensor_slices((images[index], data.target[index]))
+
+    return Source(dataset(train), dataset(held_out), [str(d) for d in range(10)], len(train), len(held_out),
+                  dataset(select) if len(select) else None, len(select))  # fmt: skip
 
 
-def folder(path, validation_fraction=0.2, seed=0):
-    """One sub-folder per class of JPEG/PNG/BMP/GIF files. Unreadable files are skipped (and
-    counted in one warning); grayscale, CMYK, palette and RGBA images become RGB."""
+def folder(path, validation_fraction=0.2, seed=0, selection_fraction=0.0):
+    """One sub-folder per class of JPEG/PNG/BMP/GIF files, split as `digits` is. Unreadable
+    files are skipped (and counted in one warning); grayscale, CMYK, palette and RGBA images
+    become RGB."""
     path = Path(path)
     classes = sorted(p.name for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))
     if not classes:
@@ -78,19 +86,21 @@ def folder(path, validation_fraction=0.2, seed=0):
     if skipped:
         logger.warning("keras_vit: skipped %d unreadable image(s) in %s, e.g. %s", len(skipped), path, skipped[0])
     labels = np.array(labels)
-    train, held_out = _stratified_split(labels, validation_fraction, seed)
+    train, select, held_out = _three_way_split(labels, validation_fraction, selection_fraction, seed)
     files = np.array(files)
 
     def dataset(index):
         paths = tf.data.Dataset.from_tensor_slices((files[index], labels[index]))
         return paths.map(lambda f, y: (_decode_file(f), y), num_parallel_calls=tf.data.AUTOTUNE)
 
-    return Source(dataset(train), dataset(held_out), classes, len(train), len(held_out))
+    return Source(dataset(train), dataset(held_out), classes, len(train), len(held_out),
+                  dataset(select) if len(select) else None, len(select))  # fmt: skip
 
 
-def tfds_source(name, train_split=None, eval_split=None):
-    """A tensorflow-datasets image-classification dataset. Not prepared and offline: a clear
-    error within seconds (tfds itself would retry for minutes)."""
+def tfds_source(name, train_split=None, eval_split=None, selection_fraction=0.0):
+    """A tensorflow-datasets image-classification dataset; the selection split is the last
+    `selection_fraction` of the training split (`selection_splits`). Not prepared and offline:
+    a clear error within seconds (tfds itself would retry for minutes)."""
     import tensorflow_datasets as tfds
 
     known = tfds.list_builders(with_community_datasets=False)
@@ -114,15 +124,40 @@ def tfds_source(name, train_split=None, eval_split=None):
     eval_split = eval_split or next((s for s in ("test", "validation") if s in splits), "train[90%:]")
     if eval_split == "train[90%:]" and train_split == "train":
         train_split = "train[:90%]"
+    train_split, select_split = selection_splits(train_split, selection_fraction)
     datasets, counts = [], []
-    for split in (train_split, eval_split):
+    for split in (train_split, eval_split, select_split):
+        if split is None:
+            datasets.append(None)
+            counts.append(0)
+            continue
         ds = builder.as_dataset(split=split, as_supervised=True, shuffle_files=False)
         datasets.append(ds.map(lambda x, y: (_to_rgb(x), y), num_parallel_calls=tf.data.AUTOTUNE))
         try:
             counts.append(builder.info.splits[split].num_examples)
         except KeyError:  # no split metadata (e.g. under tfds.testing.mock_data): count
             counts.append(int(ds.reduce(0, lambda n, _: n + 1)))
-    return Source(datasets[0], datasets[1], list(names), counts[0], counts[1])
+    if select_split is not None and counts[2] == 0:
+        logger.warning("keras_vit: the selection split %s is empty; best.keras will be the last epoch", select_split)
+        datasets[2] = None
+    return Source(datasets[0], datasets[1], list(names), counts[0], counts[1], datasets[2], counts[2])
+
+
+def selection_splits(train_split, fraction):
+    """`(train, select)` tfds splits: the last `fraction` (whole percents, at least 1) of
+    `NAME` or `NAME[:P%]` held out; `(train_split, None)` for a fraction of 0."""
+    if fraction == 0:
+        return train_split, None
+    match = re.fullmatch(r"(\w+)(?:\[:(\d+)%\])?", train_split)
+    if not match:
+        raise ValueError(f"cannot hold a selection split out of the tfds split {train_split!r}: use a split "
+                         "like 'train' or 'train[:90%]', or no selection split (--selection-fraction 0: best.keras "
+                         "is then the last epoch).")  # fmt: skip
+    name, end = match.group(1), int(match.group(2) or 100)
+    cut = end - max(1, round(end * fraction))
+    if cut < 1:
+        raise ValueError(f"the selection fraction {fraction} leaves nothing of {train_split!r} to train on.")
+    return f"{name}[:{cut}%]", f"{name}[{cut}%:{end}%]"
 
 
 def network_available(host="storage.googleapis.com", timeout=3.0):
@@ -157,6 +192,16 @@ def _to_rgb(image):
     if image.shape[-1] == 1:
         image = tf.image.grayscale_to_rgb(image)
     return tf.cast(image, tf.uint8)
+
+
+def _three_way_split(labels, eval_fraction, selection_fraction, seed):
+    """Indices (train, select, eval): `eval_fraction` of every class held out for evaluation,
+    then `selection_fraction` of every class's remainder for selection."""
+    rest, held_out = _stratified_split(labels, eval_fraction, seed)
+    if selection_fraction == 0:
+        return rest, np.array([], dtype=int), held_out
+    train, select = _stratified_split(labels[rest], selection_fraction, seed + 1)
+    return rest[train], rest[select], held_out
 
 
 def _stratified_split(labels, fraction, seed):

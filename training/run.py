@@ -63,12 +63,15 @@ def fit(config, overwrite=False, verbose="auto"):
     size = model.config.image_size
     train = pipeline.train_pipeline(source.train, source.num_train, c, size, len(source.class_names), global_batch,
                                     cache=c.is_digits)  # fmt: skip
-    evaluation = _eval_pipeline(source.eval, c, size, len(source.class_names), global_batch)
+    # The epoch kept as best.keras is chosen on the selection split, never on the evaluation
+    # split that eval.json reports.
+    selection = None if source.select is None else _eval_pipeline(source.select, c, size, len(source.class_names),
+                                                                   global_batch)  # fmt: skip
     nan = StopOnNaN()
     callbacks = [
         keras.callbacks.BackupAndRestore(str(run_dir / "backup")),
         nan,
-        AtomicCheckpoint(run_dir),
+        AtomicCheckpoint(run_dir, monitor=None if selection is None else "val_accuracy"),
         keras.callbacks.CSVLogger(str(run_dir / "log.csv"), append=True),
         keras.callbacks.TensorBoard(str(run_dir / "tensorboard")),
     ]
@@ -76,7 +79,7 @@ def fit(config, overwrite=False, verbose="auto"):
         logger.warning("keras_vit: XLA (jit_compile) is off for %s", placement.description)
     logger.info("keras_vit: training on %s, global batch %d, %s", placement.description, global_batch,
                 "XLA" if model.jit_compile else "graph mode (no XLA)")  # fmt: skip
-    model.fit(train, epochs=c.epochs, steps_per_epoch=steps_per_epoch, validation_data=evaluation,
+    model.fit(train, epochs=c.epochs, steps_per_epoch=steps_per_epoch, validation_data=selection,
               callbacks=callbacks, verbose=verbose)  # fmt: skip
     if not placement.is_chief:
         (run_dir / CONFIG_FILE).write_text(yaml.safe_dump(c.to_dict(), sort_keys=True))
@@ -87,7 +90,9 @@ def fit(config, overwrite=False, verbose="auto"):
 
 
 def evaluate(run_dir, verbose="auto"):
-    """Evaluates a run's `best.keras` on its evaluation split; writes and returns `eval.json`."""
+    """Evaluates a run's `best.keras` on its evaluation split; writes and returns `eval.json`
+    (`selected_on`: how many held-out training examples chose the checkpoint's epoch; 0 when
+    it is simply the last epoch)."""
     run_dir = Path(run_dir)
     c = load_run_config(run_dir)
     model = load_run_model(run_dir)
@@ -98,7 +103,8 @@ def evaluate(run_dir, verbose="auto"):
                            keras.metrics.TopKCategoricalAccuracy(5, name="top5")])  # fmt: skip
     values = model.evaluate(data, verbose=verbose, return_dict=True)
     result = {"top1": float(values["accuracy"]), "top5": float(values["top5"]), "loss": float(values["loss"]),
-              "num_examples": int(source.num_eval), "checkpoint": "best.keras"}  # fmt: skip
+              "num_examples": int(source.num_eval), "checkpoint": "best.keras",
+              "selected_on": int(source.num_select)}  # fmt: skip
     (run_dir / EVAL_FILE).write_text(json.dumps(result, indent=2) + "\n")
     return result
 

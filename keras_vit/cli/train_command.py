@@ -14,7 +14,11 @@ _FLAGS = {
     "--run-dir": ("run_dir", dict(help="where checkpoints, logs and eval.json go (default runs/digits)")),
     "--train-split": ("train_split", dict(help="tfds split, e.g. 'train[:90%%]'")),
     "--eval-split": ("eval_split", dict(help="tfds split for evaluation (default: test, else validation)")),
-    "--validation-fraction": ("validation_fraction", dict(type=float, help="held out of digits/folders (0.2)")),
+    "--validation-fraction": ("validation_fraction", dict(type=float, help="held out of digits/folders for "
+                                                                             "evaluation (0.2)")),
+    "--selection-fraction": ("selection_fraction", dict(
+        type=float, help="share of the training examples held out to choose best.keras by (default 0: "
+                         "best.keras is the last epoch)")),
     "--preset": ("preset", dict(help="model preset (default: the digits model, or set one for other data)")),
     "--image-size": ("image_size", dict(type=int, help="input resolution (position embeddings resampled)")),
     "--weights": ("weights", dict(help="checkpoint to start from (file or known name; finetune)")),
@@ -58,7 +62,7 @@ def add_parser(subparsers):
 
     evaluate = subparsers.add_parser("evaluate", help="evaluate a run's best checkpoint",
                                      description="Evaluate RUN_DIR/best.keras on the run's evaluation split "
-                                     "and write RUN_DIR/eval.json.")  # fmt: skip
+                                     "(never used in training) and write RUN_DIR/eval.json.")  # fmt: skip
     evaluate.add_argument("run_dir")
     evaluate.set_defaults(run=run_evaluate)
 
