@@ -57,10 +57,12 @@ def interleaved_medians(measures, repeats, warmup=1):
     """The median of `repeats` results of each zero-argument `measures[i]()`, measured in
     rounds that call every measure once (after `warmup` untimed rounds). Load that comes and
     goes on a shared machine then falls on all contenders alike instead of on whichever ran
-    during it, so their ratios hold still."""
+    during it, so their ratios hold still. Every other round runs in reverse order, so no
+    contender always runs first or right after the same one."""
     results = [[] for _ in measures]
     for round_ in range(warmup + repeats):
-        for result, measure in zip(results, measures):
+        order = list(zip(results, measures))
+        for result, measure in order if round_ % 2 == 0 else reversed(order):
             value = measure()
             if round_ >= warmup:
                 result.append(value)

@@ -28,7 +28,7 @@ def test_contenders_are_timed_in_rounds():
         return lambda: calls.append(name) or next(values)
 
     medians = timing.interleaved_medians([measure("a", [100, 1, 5, 3]), measure("b", [100, 2, 9, 4])], repeats=3)
-    assert calls == ["a", "b"] * 4  # one warm-up round, then every round calls each once
+    assert calls == ["a", "b", "b", "a"] * 2  # one warm-up round, then each once a round, every other reversed
     assert medians == [3, 4]  # the warm-up results are left out
 
 
