@@ -25,8 +25,8 @@ class TrainConfig:
     Data: `dataset` is "digits", "tfds:NAME" or a folder path; `train_split`/`eval_split`
     use tfds split syntax (e.g. "train[:90%]"); a folder or digits holds out
     `validation_fraction` for evaluation, which never steers training: `best.keras` is the last
-    epoch (the paper reports the model at the end of its schedule), or, with `selection_fraction`,
-    the best epoch on that share of the training examples, held out. Model: a `preset`
+    epoch, or, with `selection_fraction`, the best epoch on that share of the training examples,
+    held out. Model: a `preset`
     with `model` overrides (any ViTConfig field), or the digits default; `weights` is a
     checkpoint to start from (finetune).
     """

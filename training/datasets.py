@@ -12,7 +12,6 @@ import logging
 import re
 import socket
 from pathlib import Path
-
 from typing import Optional
 
 import numpy as np
