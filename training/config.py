@@ -26,9 +26,8 @@ class TrainConfig:
     use tfds split syntax (e.g. "train[:90%]"); a folder or digits holds out
     `validation_fraction` for evaluation, which never steers training: `best.keras` is the last
     epoch, or, with `selection_fraction`, the best epoch on that share of the training examples,
-    held out. Model: a `preset`
-    with `model` overrides (any ViTConfig field), or the digits default; `weights` is a
-    checkpoint to start from (finetune).
+    held out. Model: a `preset` with `model` overrides (any ViTConfig field), or the digits
+    default; `weights` is a checkpoint to start from (finetune).
     """
 
     dataset: str = "digits"
