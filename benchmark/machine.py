@@ -11,6 +11,7 @@ from importlib import metadata
 from pathlib import Path
 
 from keras_vit.benchmark import accelerator
+from keras_vit.cpu import cpu_flags
 
 # Twelve independent FMA chains per thread keep both FMA pipes busy despite the 4-cycle
 # latency; the result is summed and returned so the compiler cannot drop the loop.
@@ -41,16 +42,6 @@ _ISAS = {
 }
 
 
-def cpu_flags():
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
-
-
 def cpu_name():
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -65,7 +56,7 @@ def fma_peak_gflops(threads, seconds=0.5):
     """Measured FP32 FMA throughput of `threads` cores in GFLOP/s (an FMA counts 2 FLOPs),
     from a small C kernel compiled with the system's C compiler; None when there is none
     or the CPU has neither AVX-512 nor AVX2."""
-    isa = next((name for name in _ISAS if name in cpu_flags()), None)
+    isa = next((name for name in _ISAS if name in (cpu_flags() or ())), None)
     compiler = shutil.which("cc") or shutil.which("gcc")
     if isa is None or compiler is None:
         return None
@@ -133,7 +124,7 @@ def versions(*packages):
 def describe(threads, backend=None):
     """What `docs/benchmarks.md` records about the machine: the CPU, and the GPU that the
     Keras `backend` runs on (None without one)."""
-    flags = cpu_flags()
+    flags = cpu_flags() or set()
     return {
         "accelerator": accelerator.describe(backend),
         "cpu": cpu_name(),

@@ -254,24 +254,30 @@ def test_cpu_without_bf16_instructions_trains_mixed_bfloat16_under_xla(bf16_inst
 
     if tf.config.list_physical_devices("GPU"):
         pytest.skip("the CPU-only default")
-    monkeypatch.setattr(strategy, "cpu_has_bf16_instructions", lambda: bf16_instructions)
+    monkeypatch.setattr(strategy, "has_bf16_instructions", lambda: bf16_instructions)
     placement = strategy.make_placement(TrainConfig(precision=precision))
     assert placement.prefers_jit is prefers and placement.supports_jit
 
 
 def test_cpu_bf16_instructions_read_from_cpuinfo(monkeypatch, tmp_path):
-    from keras_vit.training import strategy
+    from keras_vit import cpu
 
-    assert strategy.cpu_has_bf16_instructions() in (True, False, None)  # this machine, whatever it has
+    assert cpu.has_bf16_instructions() in (True, False, None)  # this machine, whatever it has
     real_read = Path.read_text
     for machine, flags, expected in (("x86_64", "flags\t\t: fpu avx2 avx512f avx512_bf16", True),
                                      ("x86_64", "flags\t\t: fpu avx2 fma", False),
                                      ("aarch64", "Features\t: fp asimd sve bf16 i8mm", True),
                                      ("aarch64", "Features\t: fp asimd", False)):  # fmt: skip
-        monkeypatch.setattr(strategy.platform, "machine", lambda m=machine: m)
+        monkeypatch.setattr(cpu.platform, "machine", lambda m=machine: m)
         monkeypatch.setattr(Path, "read_text", lambda self, *a, f=flags, **k: f"processor\t: 0\n{f}\n"
                             if str(self) == "/proc/cpuinfo" else real_read(self, *a, **k))  # fmt: skip
-        assert strategy.cpu_has_bf16_instructions() is expected, (machine, flags)
+        assert cpu.has_bf16_instructions() is expected, (machine, flags)
+
+    def unreadable(self, *args, **kwargs):
+        raise PermissionError(str(self))
+
+    monkeypatch.setattr(Path, "read_text", unreadable)
+    assert cpu.cpu_flags() is None and cpu.has_bf16_instructions() is None  # graph mode stays the default
 
 def test_yaml_config_with_flag_override(tmp_path):
     path = tmp_path / "train.yaml"

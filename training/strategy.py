@@ -4,10 +4,10 @@ Keras's DataParallel distribution under the JAX backend."""
 import contextlib
 import json
 import os
-import platform
-from pathlib import Path
 
 import keras
+
+from keras_vit.cpu import has_bf16_instructions
 
 
 class Placement:
@@ -21,7 +21,7 @@ class Placement:
     float32, bf16 29-33%, first step 5.8 s against 12.1 s) except CIFAR-size float32, 7% behind
     (docs/benchmarks.md). On 2 AVX2-only Zen 3 cores (no bf16 instructions) graph mode was
     0.95x XLA for Ti/16 and 1.01x for CIFAR-size in float32, but 0.62x and 0.71x in
-    mixed_bfloat16: on a CPU without bfloat16 instructions (`cpu_has_bf16_instructions`),
+    mixed_bfloat16: on a CPU without bfloat16 instructions (`keras_vit.cpu`),
     mixed_bfloat16 therefore prefers XLA. Keras's own `jit_compile="auto"` leaves XLA off on
     CPU-only machines."""
 
@@ -83,25 +83,11 @@ def make_placement(config):
     raise ValueError(f"unknown strategy {name!r}.")
 
 
-def cpu_has_bf16_instructions():
-    """Whether this CPU computes bfloat16 natively: AVX512_BF16 or AMX-BF16 on x86, the BF16
-    extension on Arm (Linux's /proc/cpuinfo; None where that cannot be read)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return None
-    words = {w for line in text.splitlines() if line.split(":")[0].strip() in ("flags", "Features")
-             for w in line.split(":", 1)[1].split()}  # fmt: skip
-    if platform.machine().lower() in ("aarch64", "arm64"):
-        return "bf16" in words
-    return bool(words & {"avx512_bf16", "amx_bf16"})
-
-
 def _xla_beats_graph_on_cpu(config):
     # Without bf16 instructions oneDNN has no bf16 kernels and graph mode falls back to Eigen's;
     # mixed_bfloat16 trained 1.4-1.6x faster under XLA on 2 AVX2-only Zen 3 cores (docstring
     # of Placement). Unknown CPUs (None) keep graph mode.
-    return config.precision == "mixed_bfloat16" and cpu_has_bf16_instructions() is False
+    return config.precision == "mixed_bfloat16" and has_bf16_instructions() is False
 
 
 def _jax_placement(config):
