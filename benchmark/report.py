@@ -1,6 +1,6 @@
 """Markdown tables of a benchmark result (what docs/benchmarks.md shows)."""
 
-from keras_vit.benchmark.suite import mode_label
+from keras_vit.benchmark.suite import BOTH, mode_label
 
 _COLUMNS = {
     "inference": (("images/s", "images_per_s", "{:.2f}"), ("GFLOP/s", "gflops_per_s", "{:.0f}"),
@@ -30,6 +30,10 @@ def markdown(result):
         "",
         "Versions: " + ", ".join(f"{k} {v}" for k, v in result["versions"].items()) + ".",
     ]
+    precisions = result.get("precisions", list(BOTH))  # results written before --precisions ran both
+    if result.get("cases") is not None or len(precisions) < len(BOTH):
+        named = ", ".join(repr(c) for c in result["cases"]) if result.get("cases") else "any"
+        lines += ["", f"Selected cases: names containing {named}; precisions: {', '.join(precisions)}."]
     for note in result.get("notes", []):
         lines += ["", note]
     gpu = info.get("accelerator")

@@ -11,9 +11,12 @@ COMPETITORS = ("keras-hub", "timm")
 PACKAGES = ("keras", "tensorflow-cpu", "tensorflow", "jax", "keras-hub", "torch", "timm", "ai-edge-litert")
 
 
-def run_suite(name="quick", against=COMPETITORS, kinds=suite.KINDS, repeats=5, threads=2, out=None, log=print):
+def run_suite(name="quick", against=COMPETITORS, kinds=suite.KINDS, repeats=5, threads=2, out=None, log=print,
+              cases=None, precisions=suite.BOTH):  # fmt: skip
     """Runs suite `name` ("quick", "full" or "gpu") on the current Keras backend; returns the result
-    dict (and writes it as JSON to `out`). `log` gets each result row as it is measured and
+    dict (and writes it as JSON to `out`). `cases`: strings, of which a case's name must contain one
+    (None: every case); `precisions`: the subset of float32 and mixed_bfloat16 to run (timm's
+    "*_bf16" modes count as mixed_bfloat16). `log` gets each result row as it is measured and
     each note (a string) on what was left out. Call `timing.pin_threads(threads)` before Keras
     is imported for the thread count to hold."""
     import keras
@@ -28,14 +31,17 @@ def run_suite(name="quick", against=COMPETITORS, kinds=suite.KINDS, repeats=5, t
     backend = keras.backend.backend()
     if backend != "tensorflow":  # LiteRT and the tf.data pipeline need TensorFlow
         kinds = tuple(k for k in kinds if k in ("inference", "training"))
+    selected = suite.select(name, kinds, cases, precisions)  # a ValueError where the filters leave nothing
     info = machine.describe(threads, backend)
     result = dict(suite=name, backend=backend, date=datetime.date.today().isoformat(), machine=info,
-                  versions=machine.versions(*PACKAGES), repeats=repeats, results={}, notes=[])  # fmt: skip
-    timm_modes = _timm_modes(against, result["notes"], log)
-    for kind in kinds:
+                  versions=machine.versions(*PACKAGES), repeats=repeats, results={}, notes=[],
+                  cases=None if cases is None else list(cases), precisions=list(precisions))  # fmt: skip
+    bf16_timm = "timm" in against and "mixed_bfloat16" in precisions
+    timm_modes = _timm_modes(result["notes"], log) if bf16_timm else lambda mode: True
+    for kind in selected:
         module = importlib.import_module(f"keras_vit.benchmark.{kind}")
         rows = []
-        for case in suite.SUITES[name].get(kind, []):
+        for case in selected.get(kind, []):
             if "timm_modes" in case:
                 case = {**case, "timm_modes": tuple(m for m in case["timm_modes"] if timm_modes(m))}
             rows += module.run_case(case, tuple(against), repeats, log)
@@ -51,11 +57,11 @@ def run_suite(name="quick", against=COMPETITORS, kinds=suite.KINDS, repeats=5, t
     return result
 
 
-def _timm_modes(against, notes, log):
+def _timm_modes(notes, log):
     """A filter of timm's modes: its bfloat16 modes are left out, with a note, where torch's
     CPU bfloat16 matmul runs at under a quarter of its float32 rate (no bf16 instructions: a
     full suite's timm bf16 rows alone would take hours)."""
-    rates = machine.torch_cpu_matmul_gflops() if "timm" in against else None
+    rates = machine.torch_cpu_matmul_gflops()
     if not rates or rates["bfloat16"] >= rates["float32"] / 4:
         return lambda mode: True
     notes.append(f"timm's bfloat16 modes left out: torch's bfloat16 matmul ran at {rates['bfloat16']:.1f} GFLOP/s "

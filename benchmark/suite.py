@@ -52,6 +52,42 @@ SUITES = {
 KINDS = ("inference", "training", "litert", "pipeline")
 
 
+def select(suite, kinds=KINDS, cases=None, precisions=BOTH):
+    """The cases of `suite` to run, by kind: those of `kinds` whose name contains one of the
+    strings `cases` (None: all), with their precisions (Keras dtypes and timm modes; timm's
+    "*_bf16" modes are mixed_bfloat16) narrowed to `precisions`. A case left with no Keras
+    precision is dropped. Raises ValueError for an unknown precision, a string of `cases` that
+    no case's name contains, or a selection with no case."""
+    unknown = [p for p in precisions if p not in BOTH]
+    if unknown or not precisions:
+        raise ValueError(f"unknown precision {unknown[0] if unknown else ''!r}; choose from {', '.join(BOTH)}.")
+    offered = {kind: SUITES[suite].get(kind, []) for kind in kinds}
+    names = [case["name"] for kind_cases in offered.values() for case in kind_cases]
+    for wanted in cases or ():
+        if not any(wanted in name for name in names):
+            raise ValueError(f"no case of suite {suite!r} has {wanted!r} in its name; its cases: {'; '.join(names)}.")
+
+    def narrowed(case):
+        if "dtypes" not in case:  # LiteRT and pipeline cases have no precision to choose
+            return case
+        timm = tuple(m for m in case.get("timm_modes", ()) if _timm_precision(m) in precisions)
+        return {**case, "dtypes": tuple(d for d in case["dtypes"] if d in precisions), "timm_modes": timm}
+
+    selected = {}
+    for kind, kind_cases in offered.items():
+        chosen = [narrowed(c) for c in kind_cases if cases is None or any(w in c["name"] for w in cases)]
+        chosen = [c for c in chosen if c.get("dtypes", True)]
+        if chosen:
+            selected[kind] = chosen
+    if not selected:
+        raise ValueError(f"no case of suite {suite!r} is left in {', '.join(precisions)} with these kinds and cases.")
+    return selected
+
+
+def _timm_precision(mode):
+    return "mixed_bfloat16" if mode.endswith("_bf16") else "float32"
+
+
 def mode_label(row):
     """A row's mode with its compiler, e.g. "float32, graph"."""
     return f"{row['mode']}, {row['compiler']}" if row.get("compiler") else row["mode"]

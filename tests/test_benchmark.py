@@ -64,6 +64,43 @@ def test_targets_are_ratios_of_the_rows():
     assert not [name for name in found if "B/16" in name or "CIFAR" in name]
 
 
+def test_cases_and_precisions_narrow_a_suite():
+    picked = suite.select("full", suite.KINDS, cases=["B/16 inference"], precisions=["float32"])
+    assert list(picked) == ["inference"]
+    (case,) = picked["inference"]
+    assert case["name"] == "B/16 inference b32" and case["dtypes"] == ("float32",)
+    assert case["timm_modes"] == ("eager", "compile") and case["compilers"] == suite.INFERENCE_COMPILERS
+    assert suite.SUITES["full"]["inference"][1]["dtypes"] == suite.BOTH  # the table itself is left as it was
+    # the quick suite's training case runs float32 only: in bfloat16 alone it is dropped, the
+    # LiteRT and pipeline cases (no precision to choose) stay
+    picked = suite.select("quick", suite.KINDS, precisions=["mixed_bfloat16"])
+    assert sorted(picked) == ["inference", "litert", "pipeline"]
+    assert picked["inference"][0]["dtypes"] == ("mixed_bfloat16",) and picked["inference"][0]["timm_modes"] == ()
+    picked = suite.select("full", ("training", "pipeline"), cases=["CIFAR", "Ti/16"])
+    assert [c["name"] for c in picked["training"]] == ["Ti/16 training b32", "CIFAR-size training b128"]
+    assert "pipeline" not in picked  # "pipeline 32x32 b128" names neither
+    with pytest.raises(ValueError, match="no case of suite 'full' has 'L/16' in its name; its cases: S/16 inference"):
+        suite.select("full", ("inference",), cases=["S/16", "L/16"])
+    with pytest.raises(ValueError, match="no case of suite 'quick' is left in mixed_bfloat16"):
+        suite.select("quick", ("training",), precisions=["mixed_bfloat16"])
+
+
+def test_a_narrowed_run_says_what_it_ran(monkeypatch):
+    from keras_vit.benchmark import runner
+
+    monkeypatch.setitem(suite.SUITES, "tiny-cpu", {
+        "inference": [dict(name="tiny a", model=TINY, batch=2, dtypes=suite.BOTH, timm_modes=("eager", "eager_bf16")),
+                      dict(name="tiny b", model=TINY, batch=2, dtypes=suite.BOTH)]})  # fmt: skip
+    monkeypatch.setattr(machine, "torch_cpu_matmul_gflops", lambda: pytest.fail("no bf16 mode asked for"))
+    result = runner.run_suite("tiny-cpu", against=("timm",), kinds=suite.KINDS, repeats=5, log=lambda row: None,
+                              cases=["a"], precisions=["float32"])  # fmt: skip
+    rows = result["results"]["inference"]
+    assert [(r["case"], r["implementation"], r["mode"]) for r in rows] == [
+        ("tiny a", "keras_vit", "float32"), ("tiny a", "timm", "eager")]  # fmt: skip
+    assert list(result["results"]) == ["inference"] and result["precisions"] == ["float32"]
+    assert "\nSelected cases: names containing 'a'; precisions: float32.\n" in report.markdown(result)
+
+
 def test_inference_and_training_rows_on_a_tiny_model():
     logged = []
     case = dict(name="tiny", model=TINY, batch=4, dtypes=("float32", "mixed_bfloat16"), timm_modes=("eager",),
@@ -224,6 +261,8 @@ def test_gpu_suite_holds_the_issue_case():
         (["--kinds", "inference,speed"], "unknown kind 'speed'"),
         (["--against", "pytorch"], "unknown implementation 'pytorch'"),
         (["--repeats", "3"], "repeats must be at least 5"),
+        (["--cases", "Z/99"], "no case of suite 'quick' has 'Z/99' in its name"),
+        (["--precisions", "float32,float16"], "unknown precision 'float16'"),
     ],
 )
 def test_benchmark_bad_input(argv, message, tmp_path, capsys):

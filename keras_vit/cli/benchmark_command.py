@@ -1,6 +1,6 @@
 """`keras-vit benchmark`: keras_vit against keras-hub and timm, as ratios in one run."""
 
-from keras_vit.benchmark.suite import KINDS, SUITES, mode_label
+from keras_vit.benchmark.suite import BOTH, KINDS, SUITES, mode_label
 
 
 def add_parser(subparsers):
@@ -23,6 +23,11 @@ def add_parser(subparsers):
     parser.add_argument("--against", default="keras-hub,timm",
                         help="comma-separated implementations to compare with: keras-hub, timm, or none")  # fmt: skip
     parser.add_argument("--kinds", default=",".join(KINDS), help=f"comma-separated subset of {', '.join(KINDS)}")
+    parser.add_argument("--cases", help="comma-separated parts of case names: run only the cases whose name contains "
+                        "one, e.g. 'B/16 inference' (default: every case of the suite)")  # fmt: skip
+    parser.add_argument("--precisions", default=",".join(BOTH),
+                        help=f"comma-separated subset of {', '.join(BOTH)} for the inference and training cases "
+                        "(timm's bf16 modes count as mixed_bfloat16; default: both)")  # fmt: skip
     parser.add_argument("--repeats", type=int, default=5, help="timed repeats per figure, at least 5 (default 5)")
     parser.add_argument("--threads", type=int, default=2, help="CPU threads every runtime is pinned to (default 2)")
     parser.add_argument("--out", required=True, help="result JSON file (a Markdown table is written next to it)")
@@ -45,9 +50,11 @@ def run(args):
 
     pin_threads(args.threads)
     share_gpu()
-    # run_suite checks --against and --repeats (a ValueError: one line, exit 2)
+    cases = None if args.cases is None else [c.strip() for c in args.cases.split(",") if c.strip()]
+    precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]
+    # run_suite checks --against, --repeats, --cases and --precisions (a ValueError: one line, exit 2)
     result = run_suite(args.suite, against=against, kinds=kinds, repeats=args.repeats, threads=args.threads,
-                       out=args.out, log=_progress)  # fmt: skip
+                       out=args.out, log=_progress, cases=cases, precisions=precisions)  # fmt: skip
     table = markdown(result)
     Path(args.out).with_suffix(".md").write_text(table)
     print(table)
