@@ -51,14 +51,19 @@ def _trained(optimizer, jit_compile, epochs=1):
     return model
 
 
-def _update_op_types(optimizer):
-    """The op types of one traced `apply` of `optimizer` to two variables, in any branch."""
-    variables = [keras.Variable(np.ones((3, 2), "float32")), keras.Variable(np.zeros(2, "float32"))]
+def _update_ops(optimizer, count=2):
+    """The op types of one traced `apply` of `optimizer` to `count` variables, in any branch, one
+    entry per op."""
+    variables = [keras.Variable(np.full((3, i + 1), i, "float32")) for i in range(count)]
     optimizer.build(variables)
-    gradients = [tf.fill((3, 2), 0.5), tf.fill((2,), -0.5)]
+    gradients = [tf.fill(v.shape, 0.5) for v in variables]
     graph = tf.function(lambda: optimizer.apply(gradients, variables)).get_concrete_function().graph.as_graph_def()
     # with gradient accumulation the update sits in a `cond` branch, a function of the library
-    return {node.op for node in graph.node} | {node.op for f in graph.library.function for node in f.node_def}
+    return [node.op for node in graph.node] + [node.op for f in graph.library.function for node in f.node_def]
+
+
+def _update_op_types(optimizer):
+    return set(_update_ops(optimizer))
 
 
 @pytest.mark.parametrize("jit_compile", [False, True], ids=["graph", "xla"])
@@ -78,6 +83,20 @@ def test_fused_optimizer_trains_a_vit_exactly_as_keras_does(case, jit_compile):
         assert kernel in fused_ops and kernel not in keras_ops
     else:
         assert not {"ResourceApplyAdam", "ResourceApplyKerasMomentum"} & fused_ops
+
+
+@pytest.mark.parametrize("cls, make, per_variable", [
+    (FusedAdamW, _adamw, 16),  # 13 (27 when each variable built its own scalars)
+    (FusedSGD, lambda cls: cls(0.1, momentum=0.9, weight_decay=1e-3), 10),  # 8 (13)
+])  # fmt: skip
+def test_the_kernels_scalars_are_built_once_per_update(cls, make, per_variable):
+    # the learning rate, betas and their powers: one set shared by every variable's kernel
+    two, five = _update_ops(make(cls), 2), _update_ops(make(cls), 5)
+    assert two.count("Pow") == (2 if cls is FusedAdamW else 0) and five.count("Pow") == two.count("Pow")
+    kernel = "ResourceApplyAdam" if cls is FusedAdamW else "ResourceApplyKerasMomentum"
+    assert (two.count(kernel), five.count(kernel)) == (2, 5)
+    # what each further variable adds: its kernel, its weight decay, its share of the clipping
+    assert (len(five) - len(two)) / 3 <= per_variable
 
 
 def test_sparse_gradients_take_keras_update():

@@ -7,7 +7,9 @@ square root, three assignments), which on a 2-core CPU cost about 7% of a ViT-Ti
 `fit`, docs/benchmarks.md). Everything around the update (weight decay, gradient clipping and
 accumulation, EMA, loss scaling, tf.distribute) stays Keras's own, except that the decoupled
 weight decay is applied in the same per-variable update, just before the step, with the
-learning rate evaluated once per step (see `_DecayInUpdateStep`). Other backends, AMSGrad, SGD
+learning rate evaluated once per step (see `_DecayInUpdateStep`), and the scalars every
+variable's update takes (the learning rate, the betas and their powers) are built once per
+update, not once per variable (see `_ScalarsOncePerUpdate`). Other backends, AMSGrad, SGD
 without momentum and sparse gradients take Keras's update unchanged.
 
 Unlike Keras's optimizers, these keep the `var_names` given to `exclude_from_weight_decay` in
@@ -50,7 +52,36 @@ class _SavedDecayExclusions:
         return optimizer
 
 
-class _DecayInUpdateStep:
+class _ScalarsOncePerUpdate:
+    """The scalar inputs of the fused kernels, built once per traced update (and device and dtype)
+    and shared by every variable's kernel, instead of once per variable.
+
+    Per variable, they were about 15 of the 20 ops of ViT-Ti/16's traced update (3012 ops for
+    152 variables). Grappler merged the copies again, so each step ran the same kernels, but
+    Python built and grappler read them all before the first step (docs/benchmarks.md).
+    """
+
+    _update_scalars = None  # {(name, device, dtype): tensor} while an update is being built
+
+    def _backend_update_step(self, grads, trainable_variables, learning_rate):
+        self._update_scalars = {}  # this update's tensors: each trace builds its own
+        try:
+            super()._backend_update_step(grads, trainable_variables, learning_rate)
+        finally:
+            self._update_scalars = None
+
+    def _scalar(self, name, variable, make):
+        """`make()` cast to `variable`'s dtype, built once per update, device and dtype (once per
+        call outside an update)."""
+        if self._update_scalars is None:
+            return tf.cast(make(), variable.dtype)
+        key = (name, variable.device, variable.dtype)
+        if key not in self._update_scalars:
+            self._update_scalars[key] = tf.cast(make(), variable.dtype)
+        return self._update_scalars[key]
+
+
+class _DecayInUpdateStep(_ScalarsOncePerUpdate):
     """Keras's decoupled weight decay, `var -= var * weight_decay * lr`, applied by `update_step`
     just before the variable's own update instead of in a separate pass over all variables.
 
@@ -68,7 +99,7 @@ class _DecayInUpdateStep:
         if self.weight_decay is None or keras.backend.backend() != "tensorflow":
             return
         if self._use_weight_decay(variable):
-            rate = tf.cast(learning_rate, variable.dtype) * tf.cast(self.weight_decay, variable.dtype)
+            rate = self._scalar("decay", variable, lambda: tf.cast(learning_rate, variable.dtype) * self.weight_decay)
             variable.assign_sub(variable * rate)
 
 
@@ -83,15 +114,17 @@ class FusedAdamW(_DecayInUpdateStep, _SavedDecayExclusions, keras.optimizers.Ada
             return super().update_step(gradient, variable, learning_rate)
         index = self._get_variable_index(variable)
 
-        def cast(value):
-            return tf.cast(value, variable.dtype)
+        def scalar(name, make):
+            return self._scalar(name, variable, make)
 
-        step = cast(self.iterations + 1)
+        step = scalar("step", lambda: self.iterations + 1)
         tf.raw_ops.ResourceApplyAdam(
             var=_handle(variable), m=_handle(self._momentums[index]), v=_handle(self._velocities[index]),
-            beta1_power=tf.pow(cast(self.beta_1), step), beta2_power=tf.pow(cast(self.beta_2), step),
-            lr=cast(learning_rate), beta1=cast(self.beta_1), beta2=cast(self.beta_2), epsilon=cast(self.epsilon),
-            grad=cast(gradient))  # fmt: skip
+            beta1_power=scalar("beta1_power", lambda: tf.pow(tf.cast(self.beta_1, step.dtype), step)),
+            beta2_power=scalar("beta2_power", lambda: tf.pow(tf.cast(self.beta_2, step.dtype), step)),
+            lr=scalar("lr", lambda: learning_rate), beta1=scalar("beta1", lambda: self.beta_1),
+            beta2=scalar("beta2", lambda: self.beta_2), epsilon=scalar("epsilon", lambda: self.epsilon),
+            grad=tf.cast(gradient, variable.dtype))  # fmt: skip
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -106,6 +139,6 @@ class FusedSGD(_DecayInUpdateStep, _SavedDecayExclusions, keras.optimizers.SGD):
             return super().update_step(gradient, variable, learning_rate)
         momentum = self.momentums[self._get_variable_index(variable)]
         tf.raw_ops.ResourceApplyKerasMomentum(
-            var=_handle(variable), accum=_handle(momentum), lr=tf.cast(learning_rate, variable.dtype),
-            grad=tf.cast(gradient, variable.dtype), momentum=tf.cast(self.momentum, variable.dtype),
+            var=_handle(variable), accum=_handle(momentum), lr=self._scalar("lr", variable, lambda: learning_rate),
+            grad=tf.cast(gradient, variable.dtype), momentum=self._scalar("momentum", variable, lambda: self.momentum),
             use_nesterov=self.nesterov)  # fmt: skip
