@@ -11,7 +11,7 @@ from importlib import metadata
 from pathlib import Path
 
 from keras_vit.benchmark import accelerator
-from keras_vit.cpu import cpu_flags
+from keras_vit.cpu import cpu_flags, cpu_name
 
 # Twelve independent FMA chains per thread keep both FMA pipes busy despite the 4-cycle
 # latency; the result is summed and returned so the compiler cannot drop the loop.
@@ -40,16 +40,6 @@ _ISAS = {
     "avx2": dict(VEC="__m256", SET1="_mm256_set1_ps", FMA="_mm256_fmadd_ps", STORE="_mm256_storeu_ps", LANES=8,
                  flags=["-mavx2", "-mfma"]),  # fmt: skip
 }
-
-
-def cpu_name():
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def fma_peak_gflops(threads, seconds=0.5):

@@ -4,15 +4,41 @@ import platform
 from pathlib import Path
 
 
-def cpu_flags():
-    """The CPU's feature flags (x86 `flags`, Arm `Features`) as a set; None where
-    /proc/cpuinfo cannot be read (not Linux)."""
+def _first_processor():
+    """The fields of /proc/cpuinfo's first processor as a dict; None where it cannot be read
+    (not Linux)."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
         return None
-    return {word for line in text.splitlines() if line.split(":")[0].strip() in ("flags", "Features")
-            for word in line.split(":", 1)[1].split()}  # fmt: skip
+    fields = {}
+    for line in text.splitlines():
+        if not line.strip():
+            if fields:
+                break
+            continue
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    return fields
+
+
+def cpu_flags():
+    """The CPU's feature flags (x86 `flags`, Arm `Features`) as a set; None where
+    /proc/cpuinfo cannot be read (not Linux)."""
+    fields = _first_processor()
+    if fields is None:
+        return None
+    return set((fields.get("flags") or fields.get("Features") or "").split())
+
+
+def cpu_name():
+    """The CPU's name with its x86 family and model where Linux lists them ("AMD EPYC, family 25
+    model 1": one marketing name covers several generations); the platform's name elsewhere."""
+    fields = _first_processor() or {}
+    name = fields.get("model name") or platform.processor() or platform.machine()
+    if "cpu family" in fields and "model" in fields:
+        return f"{name}, family {fields['cpu family']} model {fields['model']}"
+    return name
 
 
 def has_bf16_instructions():

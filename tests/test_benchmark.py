@@ -196,6 +196,29 @@ def test_fma_peak_is_measured_when_a_compiler_is_there():
     assert 1.0 < peak < 1000.0  # one core: a few to a few hundred GFLOP/s
 
 
+@pytest.mark.parametrize("cpuinfo, name, flags", [
+    ("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\nmodel name\t: AMD EPYC\n"
+     "flags\t\t: fpu avx2 fma\n\nprocessor\t: 1\ncpu family\t: 26\nmodel\t\t: 2\nmodel name\t: Other\n"
+     "flags\t\t: avx512f\n", "AMD EPYC, family 25 model 1", {"fpu", "avx2", "fma"}),
+    ("processor\t: 0\nBogoMIPS\t: 50.00\nFeatures\t: fp asimd bf16\nCPU implementer\t: 0x41\n\n",
+     "aarch64", {"fp", "asimd", "bf16"}),
+], ids=["x86", "arm"])  # fmt: skip
+def test_the_machine_record_names_the_cpu_generation(cpuinfo, name, flags, monkeypatch):
+    # "AMD EPYC" alone covers Zen 3, 4 and 5, whose results differ; the first processor speaks.
+    from pathlib import Path
+
+    from keras_vit import cpu
+
+    real_read = Path.read_text
+    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: cpuinfo if str(self) == "/proc/cpuinfo"
+                        else real_read(self, *a, **k))  # fmt: skip
+    monkeypatch.setattr(cpu.platform, "processor", lambda: "")
+    monkeypatch.setattr(cpu.platform, "machine", lambda: "aarch64")
+    monkeypatch.setattr(machine, "fma_peak_gflops", lambda threads: None)
+    assert (cpu.cpu_name(), cpu.cpu_flags()) == (name, flags)
+    assert machine.describe(threads=1)["cpu"] == name
+
+
 def test_markdown_lists_rows_and_targets():
     result = dict(suite="quick", backend="tensorflow", date="2026-11-22", repeats=5,
                   machine=dict(cpu="X", threads=2, cores_visible=2, isa=["avx2"], fp32_fma_peak_gflops=100.0),
