@@ -8,7 +8,7 @@ import functools
 import numpy as np
 
 from keras_vit.benchmark import accelerator, models
-from keras_vit.benchmark.timing import interleaved_medians, rate, seconds
+from keras_vit.benchmark.timing import interleaved_rounds, median_and_spread, rate, seconds
 
 
 def timm_step(module, images, mode):
@@ -138,9 +138,10 @@ def run_case(case, against, repeats, log):
             rows.append(dict(case=case["name"], implementation="timm", mode=mode, first_call_s=seconds(step)[0]))
             steps.append(step)
     # every model stays loaded and is timed in rounds, so the ratios between them are fair
-    rates = interleaved_medians([functools.partial(rate, step, batch) for step in steps], repeats)
-    for row, images_per_s in zip(rows, rates):
-        row.update(images_per_s=images_per_s, gflops_per_s=flops * images_per_s / batch / 1e9)
+    rounds = interleaved_rounds([functools.partial(rate, step, batch) for step in steps], repeats)
+    for row, rates in zip(rows, rounds):
+        images_per_s, spread = median_and_spread(rates)
+        row.update(images_per_s=images_per_s, spread=spread, gflops_per_s=flops * images_per_s / batch / 1e9)
         log(row)
     return rows
 

@@ -5,7 +5,7 @@ import functools
 import numpy as np
 
 from keras_vit.benchmark import models
-from keras_vit.benchmark.timing import interleaved_medians
+from keras_vit.benchmark.timing import interleaved_rounds, median_and_spread
 
 
 def run_case(case, against, repeats, log, threads=2):
@@ -29,7 +29,8 @@ def run_case(case, against, repeats, log, threads=2):
         rows.append(dict(case=case["name"], implementation="keras_vit", mode=mode, size_kb=len(model_bytes) / 1024,
                          undelegated_ops=", ".join(f"{k} x{n}" for k, n in left.items())))  # fmt: skip
     measures = [functools.partial(runner.latency_ms, calibration[0], repeats=4, warmup=1) for runner in runners]
-    for row, latency in zip(rows, interleaved_medians(measures, 2 * max(repeats, 5))):
-        row.update(latency_ms=latency)
+    for row, latencies in zip(rows, interleaved_rounds(measures, 2 * max(repeats, 5))):
+        latency, spread = median_and_spread(latencies)
+        row.update(latency_ms=latency, spread=spread)
         log(row)
     return rows

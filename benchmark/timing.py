@@ -53,12 +53,12 @@ def median_rate(step, items, repeats=5, warmup=1, min_seconds=0.0):
     return statistics.median(rates), rates
 
 
-def interleaved_medians(measures, repeats, warmup=1):
-    """The median of `repeats` results of each zero-argument `measures[i]()`, measured in
-    rounds that call every measure once (after `warmup` untimed rounds). Load that comes and
-    goes on a shared machine then falls on all contenders alike instead of on whichever ran
-    during it, so their ratios hold still. Every other round runs in reverse order, so no
-    contender always runs first or right after the same one."""
+def interleaved_rounds(measures, repeats, warmup=1):
+    """The `repeats` results of each zero-argument `measures[i]()` (a list per measure),
+    measured in rounds that call every measure once (after `warmup` untimed rounds). Load that
+    comes and goes on a shared machine then falls on all contenders alike instead of on
+    whichever ran during it, so their ratios hold still. Every other round runs in reverse
+    order, so no contender always runs first or right after the same one."""
     results = [[] for _ in measures]
     for round_ in range(warmup + repeats):
         order = list(zip(results, measures))
@@ -66,7 +66,14 @@ def interleaved_medians(measures, repeats, warmup=1):
             value = measure()
             if round_ >= warmup:
                 result.append(value)
-    return [statistics.median(r) for r in results]
+    return results
+
+
+def median_and_spread(values):
+    """(median, spread) of timed repeats; the spread, (max - min) / median, shows how much the
+    machine's load moved them."""
+    middle = statistics.median(values)
+    return middle, (max(values) - min(values)) / middle
 
 
 def seconds(call):

@@ -7,7 +7,7 @@ import time
 import numpy as np
 
 from keras_vit.benchmark import accelerator, models
-from keras_vit.benchmark.timing import interleaved_medians, rate, seconds
+from keras_vit.benchmark.timing import interleaved_rounds, median_and_spread, rate, seconds
 
 
 def adamw(implementation):
@@ -122,7 +122,8 @@ def run_case(case, against, repeats, log):
         for mode in case["timm_modes"]:
             add("timm", mode, *timm_training(models.build_timm(config), config, batch, steps, mode))
     # every model stays built and is timed in rounds, so the ratios between them are fair
-    for row, images_per_s in zip(rows, interleaved_medians(measures, repeats, warmup=0)):
-        row.update(images_per_s=images_per_s, gflops_per_s=flops * images_per_s / 1e9)
+    for row, rates in zip(rows, interleaved_rounds(measures, repeats, warmup=0)):
+        images_per_s, spread = median_and_spread(rates)
+        row.update(images_per_s=images_per_s, spread=spread, gflops_per_s=flops * images_per_s / 1e9)
         log(row)
     return rows

@@ -27,9 +27,10 @@ def test_contenders_are_timed_in_rounds():
         values = iter(values)
         return lambda: calls.append(name) or next(values)
 
-    medians = timing.interleaved_medians([measure("a", [100, 1, 5, 3]), measure("b", [100, 2, 9, 4])], repeats=3)
+    rounds = timing.interleaved_rounds([measure("a", [100, 1, 5, 3]), measure("b", [100, 2, 9, 4])], repeats=3)
     assert calls == ["a", "b", "b", "a"] * 2  # one warm-up round, then each once a round, every other reversed
-    assert medians == [3, 4]  # the warm-up results are left out
+    assert rounds == [[1, 5, 3], [2, 9, 4]]  # the warm-up results are left out
+    assert timing.median_and_spread(rounds[1]) == (4, (9 - 2) / 4)
 
 
 def test_targets_are_ratios_of_the_rows():
@@ -112,7 +113,7 @@ def test_inference_and_training_rows_on_a_tiny_model():
         + ([("keras-hub", "float32"), ("keras-hub", "mixed_bfloat16")] if "keras-hub" in against else [])
         + [("timm", "eager")]
     )
-    assert logged == rows and all(r["images_per_s"] > 0 and r["gflops_per_s"] > 0 for r in rows)
+    assert logged == rows and all(r["images_per_s"] > 0 and r["gflops_per_s"] > 0 and r["spread"] >= 0 for r in rows)
     assert 0.9 <= rows[1]["agreement_with_float32"] <= 1.0  # same weights, random head: bf16 mostly agrees
     assert rows[1]["agreement_images"] == 12 and "agreement_images" not in rows[0]
     # a flip needs a float32 top-2 gap under twice the largest logit error
@@ -127,7 +128,7 @@ def test_inference_and_training_rows_on_a_tiny_model():
     rows = training.run_case(case, ("timm",), repeats=5, log=lambda row: None)
     assert [(r["implementation"], r.get("compiler")) for r in rows] == [
         ("keras_vit", "xla"), ("keras_vit", "graph"), ("timm", None)]  # fmt: skip
-    assert all(r["images_per_s"] > 0 and r["first_step_s"] > 0 for r in rows)
+    assert all(r["images_per_s"] > 0 and r["first_step_s"] > 0 and r["spread"] >= 0 for r in rows)
     fused = "FusedAdamW" if keras.backend.backend() == "tensorflow" else "AdamW"  # keras_vit.training's on TF
     assert [r["optimizer"] for r in rows] == [fused, fused, "torch AdamW"]
 
@@ -227,6 +228,10 @@ def test_markdown_lists_rows_and_targets():
                   targets=[dict(target="t", value=0.5, bar=0.35, met=False)])  # fmt: skip
     text = report.markdown(result)
     assert "| c | keras_vit | int8 | 1.5 | 10 |" in text and "| t | 0.500 | 0.35 | NO |" in text
+    assert "spread" not in text  # results written before rows had one
+    result["results"]["litert"][0]["spread"] = 0.123
+    assert "| latency ms | spread | size kB |" in report.markdown(result)
+    assert "| c | keras_vit | int8 | 1.5 | 12% | 10 |" in report.markdown(result)
     assert "FP32 FMA peak 100 GFLOP/s" in text
     assert "GPU:" not in text and "MFU" not in text  # no GPU: no MFU column
 
