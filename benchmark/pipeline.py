@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from keras_vit.benchmark.timing import median_and_spread, median_rate
+from keras_vit.benchmark.timing import median_and_spread, repeated_rates
 
 
 def write_jpeg_folder(folder, count, size=(375, 500), classes=4, seed=0):
@@ -44,7 +44,7 @@ def run_case(case, against, repeats, log):
             for _ in range(steps):
                 next(batches)
 
-        rate, spread = median_and_spread(median_rate(repeat, batch * steps, repeats, warmup=1)[1])
+        rate, spread = median_and_spread(repeated_rates(repeat, batch * steps, repeats, warmup=1))
     row = dict(case=case["name"], implementation="keras_vit", mode="tf.data", images_per_s=rate, spread=spread)
     log(row)
     return [row]

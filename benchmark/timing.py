@@ -44,13 +44,12 @@ def rate(step, items, min_seconds=0.0):
             return count * items / elapsed
 
 
-def median_rate(step, items, repeats=5, warmup=1, min_seconds=0.0):
-    """Items per second of `step()`: `warmup` calls are not timed, then the median over
-    `repeats` timed runs (see `rate`). Returns (median rate, list of rates)."""
+def repeated_rates(step, items, repeats=5, warmup=1, min_seconds=0.0):
+    """Items per second of `step()` in each of `repeats` timed runs (see `rate`), after
+    `warmup` untimed calls."""
     for _ in range(warmup):
         step()
-    rates = [rate(step, items, min_seconds) for _ in range(repeats)]
-    return statistics.median(rates), rates
+    return [rate(step, items, min_seconds) for _ in range(repeats)]
 
 
 def interleaved_rounds(measures, repeats, warmup=1):
