@@ -10,7 +10,7 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-from keras_vit.benchmark import accelerator
+from keras_vit.benchmark import accelerator, timing
 from keras_vit.cpu import cpu_flags, cpu_name
 
 # Twelve independent FMA chains per thread keep both FMA pipes busy despite the 4-cycle
@@ -42,10 +42,10 @@ _ISAS = {
 }
 
 
-def fma_peak_gflops(threads, seconds=0.5):
-    """Measured FP32 FMA throughput of `threads` cores in GFLOP/s (an FMA counts 2 FLOPs),
-    from a small C kernel compiled with the system's C compiler; None when there is none
-    or the CPU has neither AVX-512 nor AVX2."""
+def fma_probe(threads, seconds=0.5):
+    """A zero-argument callable that runs a small C kernel of FP32 FMAs (compiled once with the
+    system's C compiler) on `threads` cores for about `seconds` and returns its GFLOP/s (an FMA
+    counts 2 FLOPs); None when there is no compiler or the CPU has neither AVX-512 nor AVX2."""
     isa = next((name for name in _ISAS if name in (cpu_flags() or ())), None)
     compiler = shutil.which("cc") or shutil.which("gcc")
     if isa is None or compiler is None:
@@ -58,23 +58,23 @@ def fma_peak_gflops(threads, seconds=0.5):
         build = [compiler, "-O3", "-funroll-loops", "-shared", "-fPIC", "-fopenmp", *spec["flags"], str(source), "-o", str(library)]
         if subprocess.run(build, capture_output=True).returncode:
             return None
-        kernel = ctypes.CDLL(str(library)).fma_flops
-        kernel.argtypes, kernel.restype = [ctypes.c_long, ctypes.c_int], ctypes.c_double
-        flops_per_iteration = 12 * spec["LANES"] * 2 * threads
-        iterations = 1_000_000
-        while True:  # grow until one call lasts `seconds`, then keep the best of three
-            start = time.perf_counter()
-            kernel(iterations, threads)
-            elapsed = time.perf_counter() - start
-            if elapsed >= seconds:
-                break
-            iterations = int(iterations * min(10.0, 1.2 * seconds / max(elapsed, 1e-6)))
-        best = elapsed
-        for _ in range(2):
-            start = time.perf_counter()
-            kernel(iterations, threads)
-            best = min(best, time.perf_counter() - start)
-        return iterations * flops_per_iteration / best / 1e9
+        kernel = ctypes.CDLL(str(library)).fma_flops  # stays loaded after the folder goes
+    kernel.argtypes, kernel.restype = [ctypes.c_long, ctypes.c_int], ctypes.c_double
+    flops_per_iteration = 12 * spec["LANES"] * 2 * threads
+    iterations = 1_000_000
+    while True:  # grow until one call lasts `seconds`
+        elapsed, _ = timing.seconds(lambda: kernel(iterations, threads))
+        if elapsed >= seconds:
+            break
+        iterations = int(iterations * min(10.0, 1.2 * seconds / max(elapsed, 1e-6)))
+    return lambda: iterations * flops_per_iteration / timing.seconds(lambda: kernel(iterations, threads))[0] / 1e9
+
+
+def fma_peak_gflops(threads, seconds=0.5):
+    """Measured FP32 FMA throughput of `threads` cores in GFLOP/s, the best of three runs of
+    `fma_probe`; None where there is no probe."""
+    probe = fma_probe(threads, seconds)
+    return None if probe is None else max(probe() for _ in range(3))
 
 
 def torch_cpu_matmul_gflops(size=256, repeats=5):

@@ -38,13 +38,16 @@ def run_suite(name="quick", against=COMPETITORS, kinds=suite.KINDS, repeats=5, t
                   cases=None if cases is None else list(cases), precisions=list(precisions))  # fmt: skip
     bf16_timm = "timm" in against and "mixed_bfloat16" in precisions
     timm_modes = _timm_modes(result["notes"], log) if bf16_timm else lambda mode: True
+    # on the CPU, inference rows are set against an FMA peak measured in the same rounds
+    peak_probe = None if info["accelerator"] or "inference" not in selected else machine.fma_probe(threads)
     for kind in selected:
         module = importlib.import_module(f"keras_vit.benchmark.{kind}")
+        extra = dict(peak_probe=peak_probe) if kind == "inference" and peak_probe else {}
         rows = []
         for case in selected.get(kind, []):
             if "timm_modes" in case:
                 case = {**case, "timm_modes": tuple(m for m in case["timm_modes"] if timm_modes(m))}
-            rows += module.run_case(case, tuple(against), repeats, log)
+            rows += module.run_case(case, tuple(against), repeats, log, **extra)
         if info["accelerator"]:  # model-FLOPs utilisation, against the GPU's measured bf16 matmul rate
             for row in rows:
                 row["mfu"] = row["gflops_per_s"] / 1e3 / info["accelerator"]["bf16_matmul_tflops"]

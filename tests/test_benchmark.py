@@ -65,6 +65,35 @@ def test_targets_are_ratios_of_the_rows():
     assert not [name for name in found if "B/16" in name or "CIFAR" in name]
 
 
+def test_peak_share_pairs_each_round_with_the_peak_probed_in_it(monkeypatch):
+    # The probe runs in every round; a row's share is the median of its per-round ratios, so a
+    # round that load slowed on both sides still counts at the machine's true share.
+    rates, peaks = iter([5.0, 10.0, 20.0, 30.0, 40.0, 50.0]), iter([999.0, 100.0, 50.0, 300.0, 400.0, 100.0])
+    monkeypatch.setattr(inference, "rate", lambda step, items: next(rates))  # the first of each: warm-up
+    case = dict(name="tiny", model=TINY, batch=2, dtypes=("float32",))
+    (row,) = inference.run_case(case, (), repeats=5, log=lambda row: None, peak_probe=lambda: next(peaks))
+    per_image = models.forward_flops(models.config_for(TINY)) / 1e9
+    assert row["images_per_s"] == 30.0 and row["fp32_peak_gflops"] == 100.0
+    # shares 0.1, 0.4, 0.1, 0.1, 0.5 GFLOP per image over GFLOP/s: median 0.1, not 30 / 100
+    assert row["peak_share"] == pytest.approx(0.1 * per_image)
+    monkeypatch.setattr(inference, "rate", lambda step, items: 1.0)
+    assert "peak_share" not in inference.run_case(case, (), repeats=5, log=lambda row: None)[0]  # no probe
+
+
+def test_b16_peak_share_target_prefers_the_in_round_share():
+    def b16(**extra):
+        return {"inference": [dict(case="B/16 inference b32", implementation="keras_vit", mode="float32",
+                                   images_per_s=5.0, gflops_per_s=180.0, **extra)]}  # fmt: skip
+
+    def share(results, peak):
+        return {t["target"]: t["value"] for t in suite.targets(results, "full", peak)}.get(
+            "B/16 inference b32: float32 share of the FP32 FMA peak")
+
+    assert share(b16(peak_share=0.9), peak=240.0) == 0.9  # measured beside the rows
+    assert share(b16(), peak=240.0) == 0.75  # a result from before the probe ran in rounds
+    assert share(b16(), peak=None) is None  # no peak at all (no C compiler, or a GPU run)
+
+
 def test_cases_and_precisions_narrow_a_suite():
     picked = suite.select("full", suite.KINDS, cases=["B/16 inference"], precisions=["float32"])
     assert list(picked) == ["inference"]
@@ -93,13 +122,18 @@ def test_a_narrowed_run_says_what_it_ran(monkeypatch):
         "inference": [dict(name="tiny a", model=TINY, batch=2, dtypes=suite.BOTH, timm_modes=("eager", "eager_bf16")),
                       dict(name="tiny b", model=TINY, batch=2, dtypes=suite.BOTH)]})  # fmt: skip
     monkeypatch.setattr(machine, "torch_cpu_matmul_gflops", lambda: pytest.fail("no bf16 mode asked for"))
+    monkeypatch.setattr(machine, "fma_probe", lambda threads, seconds=0.5: lambda: 1000.0)
     result = runner.run_suite("tiny-cpu", against=("timm",), kinds=suite.KINDS, repeats=5, log=lambda row: None,
                               cases=["a"], precisions=["float32"])  # fmt: skip
     rows = result["results"]["inference"]
     assert [(r["case"], r["implementation"], r["mode"]) for r in rows] == [
         ("tiny a", "keras_vit", "float32"), ("tiny a", "timm", "eager")]  # fmt: skip
+    # on the CPU the FMA probe runs in the rounds beside every contender
+    assert [r["fp32_peak_gflops"] for r in rows] == [1000.0, 1000.0] and rows[0]["peak_share"] > 0
     assert list(result["results"]) == ["inference"] and result["precisions"] == ["float32"]
-    assert "\nSelected cases: names containing 'a'; precisions: float32.\n" in report.markdown(result)
+    text = report.markdown(result)
+    assert "\nSelected cases: names containing 'a'; precisions: float32.\n" in text
+    assert "| GFLOP/s | FMA peak GFLOP/s | share of peak | first call s |" in text
 
 
 def test_inference_and_training_rows_on_a_tiny_model():
@@ -195,6 +229,9 @@ def test_fma_peak_is_measured_when_a_compiler_is_there():
     if peak is None:
         pytest.skip("no C compiler or no AVX2/AVX-512 here")
     assert 1.0 < peak < 1000.0  # one core: a few to a few hundred GFLOP/s
+    probe = machine.fma_probe(1, seconds=0.1)  # compiled once, then run as often as asked
+    readings = [probe() for _ in range(3)]
+    assert all(0.25 * peak < r < 4.0 * peak for r in readings)  # the same kernel; load moves it some
 
 
 @pytest.mark.parametrize("cpuinfo, name, flags", [
