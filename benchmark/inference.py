@@ -4,12 +4,11 @@ and `torch.compile` with freezing); float32 and bfloat16; the batch already on t
 there is one."""
 
 import functools
-import statistics
 
 import numpy as np
 
 from keras_vit.benchmark import accelerator, models
-from keras_vit.benchmark.timing import interleaved_rounds, median_and_spread, rate, seconds
+from keras_vit.benchmark.timing import rate, seconds, throughput_rows
 
 
 def timm_step(module, images, mode):
@@ -93,10 +92,8 @@ def agreement(a, b):
 
 
 def run_case(case, against, repeats, log, peak_probe=None):
-    """Throughput of every implementation on one inference case; a list of result rows.
-    `peak_probe` (`machine.fma_probe`), where given, runs in every round, and each row gets
-    `peak_share`: the median over rounds of its GFLOP/s over the probe's in that round. A peak
-    measured once, before the suite, read 176 to 205 GFLOP/s an hour apart on a shared machine."""
+    """Throughput of every implementation on one inference case; a list of result rows (with
+    their share of the FMA peak where `peak_probe` is given: `timing.throughput_rows`)."""
     import keras
 
     keras.utils.set_random_seed(0)  # the same random weights in every run
@@ -143,16 +140,7 @@ def run_case(case, against, repeats, log, peak_probe=None):
             steps.append(step)
     # every model stays loaded and is timed in rounds, so the ratios between them are fair
     measures = [functools.partial(rate, step, batch) for step in steps]
-    rounds = interleaved_rounds(measures + ([peak_probe] if peak_probe else []), repeats)
-    for row, rates in zip(rows, rounds):
-        images_per_s, spread = median_and_spread(rates)
-        row.update(images_per_s=images_per_s, spread=spread, gflops_per_s=flops * images_per_s / batch / 1e9)
-        if peak_probe:
-            peaks = rounds[-1]
-            row["peak_share"] = statistics.median(flops * r / batch / 1e9 / p for r, p in zip(rates, peaks))
-            row["fp32_peak_gflops"] = statistics.median(peaks)
-        log(row)
-    return rows
+    return throughput_rows(rows, measures, repeats, flops / batch / 1e9, log, peak_probe=peak_probe)
 
 
 def _top2_gap(logits):

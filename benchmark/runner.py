@@ -38,11 +38,12 @@ def run_suite(name="quick", against=COMPETITORS, kinds=suite.KINDS, repeats=5, t
                   cases=None if cases is None else list(cases), precisions=list(precisions))  # fmt: skip
     bf16_timm = "timm" in against and "mixed_bfloat16" in precisions
     timm_modes = _timm_modes(result["notes"], log) if bf16_timm else lambda mode: True
-    # on the CPU, inference rows are set against an FMA peak measured in the same rounds
-    peak_probe = None if info["accelerator"] or "inference" not in selected else machine.fma_probe(threads)
+    # on the CPU, throughput rows are set against an FMA peak probed in the same rounds
+    throughput = ("inference", "training")
+    peak_probe = None if info["accelerator"] or not set(throughput) & set(selected) else machine.fma_probe(threads)
     for kind in selected:
         module = importlib.import_module(f"keras_vit.benchmark.{kind}")
-        extra = dict(peak_probe=peak_probe) if kind == "inference" and peak_probe else {}
+        extra = dict(peak_probe=peak_probe) if kind in throughput and peak_probe else {}
         rows = []
         for case in selected.get(kind, []):
             if "timm_modes" in case:

@@ -1,4 +1,5 @@
-"""Timing: thread pinning, warm-up, the median of repeats, contenders timed in rounds."""
+"""Timing: thread pinning, warm-up, the median of repeats, contenders timed in rounds (with the
+FMA peak probed beside them)."""
 
 import importlib.util
 import os
@@ -73,6 +74,25 @@ def median_and_spread(values):
     machine's load moved them."""
     middle = statistics.median(values)
     return middle, (max(values) - min(values)) / middle
+
+
+def throughput_rows(rows, measures, repeats, gflop_per_item, log, warmup=1, peak_probe=None):
+    """Times `measures[i]()` (items/s of `rows[i]`'s contender) in rounds (`interleaved_rounds`)
+    and adds to each row its median `images_per_s`, `spread` and `gflops_per_s`. `peak_probe`
+    (`machine.fma_probe`), where given, runs in every round too, and each row gets `peak_share`,
+    the median over rounds of its GFLOP/s over the probe's in that round, and the probe's median
+    `fp32_peak_gflops`: a peak probed once per run read 176 to 205 GFLOP/s an hour apart on a
+    shared machine, while each round sees the load its contenders see. `log` gets each row."""
+    rounds = interleaved_rounds(list(measures) + ([peak_probe] if peak_probe else []), repeats, warmup)
+    for row, rates in zip(rows, rounds):
+        images_per_s, spread = median_and_spread(rates)
+        row.update(images_per_s=images_per_s, spread=spread, gflops_per_s=gflop_per_item * images_per_s)
+        if peak_probe:
+            peaks = rounds[-1]
+            row["peak_share"] = statistics.median(gflop_per_item * r / p for r, p in zip(rates, peaks))
+            row["fp32_peak_gflops"] = statistics.median(peaks)
+        log(row)
+    return rows
 
 
 def seconds(call):

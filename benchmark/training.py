@@ -7,7 +7,7 @@ import time
 import numpy as np
 
 from keras_vit.benchmark import accelerator, models
-from keras_vit.benchmark.timing import interleaved_rounds, median_and_spread, rate, seconds
+from keras_vit.benchmark.timing import rate, seconds, throughput_rows
 
 
 def adamw(implementation):
@@ -97,8 +97,9 @@ def timm_training(module, config, batch, steps_per_repeat, mode):
     return first, functools.partial(rate, repeat, batch * steps_per_repeat)
 
 
-def run_case(case, against, repeats, log):
-    """Training throughput of every implementation on one case; a list of result rows."""
+def run_case(case, against, repeats, log, peak_probe=None):
+    """Training throughput of every implementation on one case; a list of result rows (with
+    their share of the FMA peak where `peak_probe` is given: `timing.throughput_rows`)."""
     config = models.config_for(case["model"])
     batch, steps = case["batch"], case["steps_per_repeat"]
     flops = 3 * models.forward_flops(config)  # forward + backward (2x forward)
@@ -122,8 +123,4 @@ def run_case(case, against, repeats, log):
         for mode in case["timm_modes"]:
             add("timm", mode, *timm_training(models.build_timm(config), config, batch, steps, mode))
     # every model stays built and is timed in rounds, so the ratios between them are fair
-    for row, rates in zip(rows, interleaved_rounds(measures, repeats, warmup=0)):
-        images_per_s, spread = median_and_spread(rates)
-        row.update(images_per_s=images_per_s, spread=spread, gflops_per_s=flops * images_per_s / 1e9)
-        log(row)
-    return rows
+    return throughput_rows(rows, measures, repeats, flops / 1e9, log, warmup=0, peak_probe=peak_probe)

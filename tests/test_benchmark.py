@@ -65,19 +65,18 @@ def test_targets_are_ratios_of_the_rows():
     assert not [name for name in found if "B/16" in name or "CIFAR" in name]
 
 
-def test_peak_share_pairs_each_round_with_the_peak_probed_in_it(monkeypatch):
+def test_peak_share_pairs_each_round_with_the_peak_probed_in_it():
     # The probe runs in every round; a row's share is the median of its per-round ratios, so a
     # round that load slowed on both sides still counts at the machine's true share.
     rates, peaks = iter([5.0, 10.0, 20.0, 30.0, 40.0, 50.0]), iter([999.0, 100.0, 50.0, 300.0, 400.0, 100.0])
-    monkeypatch.setattr(inference, "rate", lambda step, items: next(rates))  # the first of each: warm-up
-    case = dict(name="tiny", model=TINY, batch=2, dtypes=("float32",))
-    (row,) = inference.run_case(case, (), repeats=5, log=lambda row: None, peak_probe=lambda: next(peaks))
-    per_image = models.forward_flops(models.config_for(TINY)) / 1e9
-    assert row["images_per_s"] == 30.0 and row["fp32_peak_gflops"] == 100.0
-    # shares 0.1, 0.4, 0.1, 0.1, 0.5 GFLOP per image over GFLOP/s: median 0.1, not 30 / 100
-    assert row["peak_share"] == pytest.approx(0.1 * per_image)
-    monkeypatch.setattr(inference, "rate", lambda step, items: 1.0)
-    assert "peak_share" not in inference.run_case(case, (), repeats=5, log=lambda row: None)[0]  # no probe
+    logged = []
+    (row,) = timing.throughput_rows([dict(case="c")], [lambda: next(rates)], 5, gflop_per_item=2.0, log=logged.append,
+                                    peak_probe=lambda: next(peaks))  # fmt: skip
+    assert logged == [row] and (row["images_per_s"], row["gflops_per_s"], row["fp32_peak_gflops"]) == (30.0, 60.0, 100.0)
+    # shares 0.2, 0.8, 0.2, 0.2, 1.0 (the warm-up round left out): median 0.2, not 60 / 100
+    assert row["peak_share"] == pytest.approx(0.2) and row["spread"] == pytest.approx(40 / 30)
+    (row,) = timing.throughput_rows([{}], [lambda: 1.0], 5, gflop_per_item=2.0, log=lambda row: None)
+    assert "peak_share" not in row and "fp32_peak_gflops" not in row  # no probe (a GPU run)
 
 
 def test_b16_peak_share_target_prefers_the_in_round_share():
@@ -120,7 +119,9 @@ def test_a_narrowed_run_says_what_it_ran(monkeypatch):
 
     monkeypatch.setitem(suite.SUITES, "tiny-cpu", {
         "inference": [dict(name="tiny a", model=TINY, batch=2, dtypes=suite.BOTH, timm_modes=("eager", "eager_bf16")),
-                      dict(name="tiny b", model=TINY, batch=2, dtypes=suite.BOTH)]})  # fmt: skip
+                      dict(name="tiny b", model=TINY, batch=2, dtypes=suite.BOTH)],
+        "training": [dict(name="tiny a fit", model=TINY, batch=4, steps_per_repeat=1, dtypes=("float32",),
+                          timm_modes=())]})  # fmt: skip
     monkeypatch.setattr(machine, "torch_cpu_matmul_gflops", lambda: pytest.fail("no bf16 mode asked for"))
     monkeypatch.setattr(machine, "fma_probe", lambda threads, seconds=0.5: lambda: 1000.0)
     result = runner.run_suite("tiny-cpu", against=("timm",), kinds=suite.KINDS, repeats=5, log=lambda row: None,
@@ -128,12 +129,14 @@ def test_a_narrowed_run_says_what_it_ran(monkeypatch):
     rows = result["results"]["inference"]
     assert [(r["case"], r["implementation"], r["mode"]) for r in rows] == [
         ("tiny a", "keras_vit", "float32"), ("tiny a", "timm", "eager")]  # fmt: skip
-    # on the CPU the FMA probe runs in the rounds beside every contender
-    assert [r["fp32_peak_gflops"] for r in rows] == [1000.0, 1000.0] and rows[0]["peak_share"] > 0
-    assert list(result["results"]) == ["inference"] and result["precisions"] == ["float32"]
+    # on the CPU the FMA probe runs in the rounds beside every contender, in training too
+    rows += result["results"]["training"]
+    assert [r["fp32_peak_gflops"] for r in rows] == [1000.0] * 3 and all(r["peak_share"] > 0 for r in rows)
+    assert list(result["results"]) == ["inference", "training"] and result["precisions"] == ["float32"]
     text = report.markdown(result)
     assert "\nSelected cases: names containing 'a'; precisions: float32.\n" in text
     assert "| GFLOP/s | FMA peak GFLOP/s | share of peak | first call s |" in text
+    assert "| GFLOP/s | FMA peak GFLOP/s | share of peak | first step s |" in text
 
 
 def test_inference_and_training_rows_on_a_tiny_model():

@@ -14,8 +14,8 @@ def add_parser(subparsers):
         "Every figure is the median of --repeats timed runs after warm-up, with the threads pinned; within a case "
         "every model stays loaded and "
         "is timed in rounds (each once per round), so load on a shared machine falls on all alike, and the case's "
-        "rows print when its rounds end. On the CPU an FP32 FMA probe runs in the inference rounds too, and each "
-        "inference row gives its share of the peak probed beside it. The JSON result lists the machine (with its "
+        "rows print when its rounds end. On the CPU an FP32 FMA probe runs in the inference and training rounds too, "
+        "and each of their rows gives its share of the peak probed beside it. The JSON result lists the machine (with its "
         "measured FP32 FMA peak), versions and the targets met. `quick` takes minutes; `full` (ViT-S/16, B/16, "
         "Ti/16 and a CIFAR-size model) about half an hour on 2 cores; `gpu` (batch 256, ViT-B/16 training) is for a "
         "GPU under KERAS_BACKEND=jax and adds model-FLOPs utilisation against the GPU's measured bf16 matmul rate.",
