@@ -70,10 +70,10 @@ def fma_probe(threads, seconds=0.5):
     return lambda: iterations * flops_per_iteration / timing.seconds(lambda: kernel(iterations, threads))[0] / 1e9
 
 
-def fma_peak_gflops(threads, seconds=0.5):
+def fma_peak_gflops(threads, seconds=0.5, probe=None):
     """Measured FP32 FMA throughput of `threads` cores in GFLOP/s, the best of three runs of
-    `fma_probe`; None where there is no probe."""
-    probe = fma_probe(threads, seconds)
+    `probe` (default: a new `fma_probe`); None where there is no probe."""
+    probe = probe or fma_probe(threads, seconds)
     return None if probe is None else max(probe() for _ in range(3))
 
 
@@ -111,9 +111,10 @@ def versions(*packages):
     return found
 
 
-def describe(threads, backend=None):
-    """What `docs/benchmarks.md` records about the machine: the CPU, and the GPU that the
-    Keras `backend` runs on (None without one)."""
+def describe(threads, backend=None, peak_probe=None):
+    """What `docs/benchmarks.md` records about the machine: the CPU (its FMA peak measured with
+    `peak_probe`, an `fma_probe` already compiled, where given), and the GPU that the Keras
+    `backend` runs on (None without one)."""
     flags = cpu_flags() or set()
     return {
         "accelerator": accelerator.describe(backend),
@@ -121,6 +122,6 @@ def describe(threads, backend=None):
         "cores_visible": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "threads": threads,
         "isa": [f for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16") if f in flags],
-        "fp32_fma_peak_gflops": fma_peak_gflops(threads),
+        "fp32_fma_peak_gflops": fma_peak_gflops(threads, probe=peak_probe),
         "python": platform.python_version(),
     }

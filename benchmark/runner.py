@@ -32,18 +32,18 @@ def run_suite(name="quick", against=COMPETITORS, kinds=suite.KINDS, repeats=5, t
     if backend != "tensorflow":  # LiteRT and the tf.data pipeline need TensorFlow
         kinds = tuple(k for k in kinds if k in ("inference", "training"))
     selected = suite.select(name, kinds, cases, precisions)  # a ValueError where the filters leave nothing
-    info = machine.describe(threads, backend)
+    probe = machine.fma_probe(threads)  # compiled once: the machine record's peak, then the rounds'
+    info = machine.describe(threads, backend, probe)
     result = dict(suite=name, backend=backend, date=datetime.date.today().isoformat(), machine=info,
                   versions=machine.versions(*PACKAGES), repeats=repeats, results={}, notes=[],
                   cases=None if cases is None else list(cases), precisions=list(precisions))  # fmt: skip
     bf16_timm = "timm" in against and "mixed_bfloat16" in precisions
     timm_modes = _timm_modes(result["notes"], log) if bf16_timm else lambda mode: True
     # on the CPU, throughput rows are set against an FMA peak probed in the same rounds
-    throughput = ("inference", "training")
-    peak_probe = None if info["accelerator"] or not set(throughput) & set(selected) else machine.fma_probe(threads)
+    peak_probe = None if info["accelerator"] else probe
     for kind in selected:
         module = importlib.import_module(f"keras_vit.benchmark.{kind}")
-        extra = dict(peak_probe=peak_probe) if kind in throughput and peak_probe else {}
+        extra = dict(peak_probe=peak_probe) if kind in ("inference", "training") else {}
         rows = []
         for case in selected.get(kind, []):
             if "timm_modes" in case:

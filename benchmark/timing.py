@@ -84,11 +84,11 @@ def throughput_rows(rows, measures, repeats, gflop_per_item, log, warmup=1, peak
     `fp32_peak_gflops`: a peak probed once per run read 176 to 205 GFLOP/s an hour apart on a
     shared machine, while each round sees the load its contenders see. `log` gets each row."""
     rounds = interleaved_rounds(list(measures) + ([peak_probe] if peak_probe else []), repeats, warmup)
+    peaks = rounds[-1] if peak_probe else None
     for row, rates in zip(rows, rounds):
         images_per_s, spread = median_and_spread(rates)
         row.update(images_per_s=images_per_s, spread=spread, gflops_per_s=gflop_per_item * images_per_s)
-        if peak_probe:
-            peaks = rounds[-1]
+        if peaks:
             row["peak_share"] = statistics.median(gflop_per_item * r / p for r, p in zip(rates, peaks))
             row["fp32_peak_gflops"] = statistics.median(peaks)
         log(row)

@@ -123,7 +123,8 @@ def test_a_narrowed_run_says_what_it_ran(monkeypatch):
         "training": [dict(name="tiny a fit", model=TINY, batch=4, steps_per_repeat=1, dtypes=("float32",),
                           timm_modes=())]})  # fmt: skip
     monkeypatch.setattr(machine, "torch_cpu_matmul_gflops", lambda: pytest.fail("no bf16 mode asked for"))
-    monkeypatch.setattr(machine, "fma_probe", lambda threads, seconds=0.5: lambda: 1000.0)
+    built = []  # the probe is compiled once, for the machine record and the rounds alike
+    monkeypatch.setattr(machine, "fma_probe", lambda threads, seconds=0.5: built.append(threads) or (lambda: 1000.0))
     result = runner.run_suite("tiny-cpu", against=("timm",), kinds=suite.KINDS, repeats=5, log=lambda row: None,
                               cases=["a"], precisions=["float32"])  # fmt: skip
     rows = result["results"]["inference"]
@@ -132,6 +133,7 @@ def test_a_narrowed_run_says_what_it_ran(monkeypatch):
     # on the CPU the FMA probe runs in the rounds beside every contender, in training too
     rows += result["results"]["training"]
     assert [r["fp32_peak_gflops"] for r in rows] == [1000.0] * 3 and all(r["peak_share"] > 0 for r in rows)
+    assert built == [2] and result["machine"]["fp32_fma_peak_gflops"] == 1000.0
     assert list(result["results"]) == ["inference", "training"] and result["precisions"] == ["float32"]
     text = report.markdown(result)
     assert "\nSelected cases: names containing 'a'; precisions: float32.\n" in text
@@ -255,7 +257,7 @@ def test_the_machine_record_names_the_cpu_generation(cpuinfo, name, flags, monke
                         else real_read(self, *a, **k))  # fmt: skip
     monkeypatch.setattr(cpu.platform, "processor", lambda: "")
     monkeypatch.setattr(cpu.platform, "machine", lambda: "aarch64")
-    monkeypatch.setattr(machine, "fma_peak_gflops", lambda threads: None)
+    monkeypatch.setattr(machine, "fma_peak_gflops", lambda threads, probe=None: None)
     assert (cpu.cpu_name(), cpu.cpu_flags()) == (name, flags)
     assert machine.describe(threads=1)["cpu"] == name
 
