@@ -2,6 +2,7 @@
 as an asset, a warm-up file and a `models.config` snippet."""
 
 import functools
+import importlib.util
 import logging
 import shutil
 import tempfile
@@ -98,7 +99,10 @@ def save_serving_model(source, directory, name="vit", version=None, overwrite=Fa
             module = ServingModule(source.model, labels_file, crop=source.crop, top_k=top_k, freeze=freeze)
             signatures = {IMAGES_SIGNATURE: module.serve_images, BYTES_SIGNATURE: module.serve_image_bytes}
             tf.saved_model.save(module, str(staging), signatures=signatures)
-        if warmup:
+        if warmup and importlib.util.find_spec("tensorflow_serving") is None:
+            logger.warning("keras_vit: no TF Serving warm-up requests (the SavedModel is complete without them): "
+                           "they need tensorflow-serving-api (pip install --no-deps tensorflow-serving-api==2.21.0)")
+        elif warmup:
             write_warmup_requests(staging / WARMUP_FILE, name, source.model.config.image_size)
         _replace(staging, target)
     finally:

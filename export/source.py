@@ -8,6 +8,9 @@ from pathlib import Path
 import keras
 import numpy as np
 
+from keras_vit import saving
+from keras_vit.training.config import EVAL_CROP
+
 logger = logging.getLogger("keras_vit")
 
 
@@ -33,7 +36,7 @@ class ExportSource:
     calibration_images: np.ndarray = None
     train: object = None
     steps_per_epoch: int = 0
-    crop: float = 0.875  # centre-crop fraction of the evaluation transform (1: resize only)
+    crop: float = EVAL_CROP  # centre-crop fraction of the evaluation transform (1: resize only)
     label_smoothing: float = 0.0  # of the training recipe, reused when fine-tuning
 
     def __post_init__(self):
@@ -57,34 +60,22 @@ class ExportSource:
 
 def load_source(path, calibration_size=200, eval_limit=2000, labels=None, dataset=None):
     """An `ExportSource` from a `keras-vit train` run directory (its best checkpoint, labels,
-    training and evaluation splits) or a `.keras` file (with `labels`, a labels file, and
-    `dataset`, a training dataset spec such as "digits", "tfds:NAME" or a folder, optional)."""
+    training and evaluation splits), a `.keras` file or any checkpoint keras_vit reads (with
+    `labels`, a labels file or list, and `dataset`, a training dataset spec such as "digits",
+    "tfds:NAME" or a folder, both optional: without data, nothing is calibrated and the
+    exports are checked against the Keras model on stand-in images)."""
     from keras_vit.training import TrainConfig, run
 
-    path = Path(path)
-    if path.is_dir():
+    try:
+        model = saving.load_model(path)
+        names = saving.label_names(path, model.config.num_classes, labels)
+    except (ValueError, OSError) as error:
+        raise ExportError(str(error)) from None
+    if dataset:
+        config = TrainConfig(dataset=dataset).resolved()
+    elif saving.is_run_dir(path):
         config = run.load_run_config(path)
-        model = run.load_run_model(path)
-        labels_file = path / run.LABELS_FILE
-        names = labels_file.read_text().splitlines() if labels_file.is_file() else None
-    elif path.suffix == ".keras":
-        if not path.is_file():
-            raise ExportError(f"{path}: no such model file.")
-        try:
-            model = keras.saving.load_model(path, safe_mode=True)
-        except Exception as error:  # a zip or h5 reader error: name the file, not the internals
-            raise ExportError(f"{path} is not a readable .keras model ({type(error).__name__}: {error}).") from None
-        config = TrainConfig(dataset=dataset).resolved() if dataset else None
-        names = None
     else:
-        raise ExportError(f"{path} is neither a run directory nor a .keras file.")
-    if not hasattr(model, "config"):
-        raise ExportError(f"{path} holds a {type(model).__name__}, not a keras_vit ViT.")
-    if labels is not None:
-        names = Path(labels).read_text().splitlines() if isinstance(labels, (str, Path)) else list(labels)
-    if names is None:
-        names = [str(i) for i in range(model.config.num_classes)]
-    if config is None:
         return ExportSource(model=model, labels=names)
     return ExportSource(model=model, labels=names, **_data(config, model, calibration_size, eval_limit))
 
@@ -97,7 +88,7 @@ def _data(config, model, calibration_size, eval_limit):
 
     source = datasets.load(config)
     size, num_classes = tuple(model.config.image_size), model.config.num_classes
-    crop = 1.0 if config.is_digits else pipeline.EVAL_CROP
+    crop = config.eval_crop
 
     def arrays(ds, limit):
         ds = pipeline.eval_pipeline(ds.take(limit), size, num_classes, 64, crop=crop)

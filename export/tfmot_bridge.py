@@ -19,6 +19,21 @@ from keras_vit.export.source import ExportError
 logger = logging.getLogger("keras_vit")
 
 
+# tf-keras and tensorflow-model-optimization declare requirements that clash with
+# tensorflow-cpu (see requirements/no-deps.txt), so the export extra cannot bring them.
+INSTALL_HINT = "pip install --no-deps tf-keras==2.21.0 tensorflow-model-optimization==0.8.1"
+
+
+def check_installed():
+    """Raises an `ExportError` naming what to install when tf_keras or tfmot is missing."""
+    import importlib.util
+
+    missing = [name for name in ("tf_keras", "tensorflow_model_optimization") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ExportError(f"QAT, pruning and clustering need {' and '.join(missing)}, which is not installed: "
+                          f"{INSTALL_HINT}")  # fmt: skip
+
+
 def _tfmot():
     import tensorflow_model_optimization as tfmot
 

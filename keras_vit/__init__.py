@@ -4,7 +4,7 @@ from keras_vit.onednn import prefer_onednn
 
 prefer_onednn()  # before Keras loads TensorFlow
 
-from keras_vit import checkpoints, layers
+from keras_vit import checkpoints, layers, saving
 from keras_vit.checkpoints import CheckpointError, list_checkpoints, load_weights, save_npz
 from keras_vit.config import ViTConfig
 from keras_vit.model import ViT, count_params
@@ -19,6 +19,7 @@ __all__ = [
     "list_checkpoints",
     "load_weights",
     "save_npz",
+    "saving",
     "ViT",
     "ViTConfig",
     "count_params",

@@ -344,7 +344,7 @@ def test_gpu_suite_holds_the_issue_case():
     ],
 )
 def test_benchmark_bad_input(argv, message, tmp_path, capsys):
-    from keras_vit.cli import main
+    from keras_vit_cli import main
 
     assert main(["benchmark", "--out", str(tmp_path / "r.json"), *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -355,7 +355,7 @@ def test_benchmark_bad_input(argv, message, tmp_path, capsys):
 @pytest.mark.slow
 @pytest.mark.tensorflow_only
 def test_quick_suite_end_to_end(tmp_path, capsys):
-    from keras_vit.cli import main
+    from keras_vit_cli import main
 
     out = tmp_path / "results.json"
     assert main(["benchmark", "--suite", "quick", "--out", str(out)]) == 0

@@ -5,7 +5,7 @@ import sys
 import pytest
 from PIL import Image
 
-from keras_vit.cli import main
+from keras_vit_cli import main
 
 pytestmark = pytest.mark.tensorflow_only  # the CLI runs the TensorFlow backend by default
 

@@ -341,7 +341,7 @@ def test_frozen_mixed_bfloat16_model_equals_its_graph_and_bad_models_fail_clearl
 
 
 def test_bad_input_gives_one_line_and_leaves_nothing_half_written(source, run_dir, tmp_path, capsys, monkeypatch):
-    from keras_vit.cli import main
+    from keras_vit_cli import main
     from keras_vit.export import ExportError, ExportSource, export, litert
 
     def fails(args):
@@ -375,7 +375,7 @@ def test_bad_input_gives_one_line_and_leaves_nothing_half_written(source, run_di
 
 
 def test_cli_export_of_a_keras_file_with_uint8_io(source, run_dir, tmp_path, capsys):
-    from keras_vit.cli import main
+    from keras_vit_cli import main
     from keras_vit.export import LiteRTModel
 
     assert main(["export", str(run_dir / "best.keras"), "--dataset", "digits", "--labels", str(run_dir / "labels.txt"),

@@ -172,7 +172,7 @@ def test_patch_grid_layer_is_the_identity_on_the_main_path():
 @pytest.mark.tensorflow_only  # the CLI runs the TensorFlow backend by default
 @pytest.mark.parametrize("method", ["rollout", "attention", "gradcam++"])
 def test_visualize_command(digits_model, tmp_path, capsys, method):
-    from keras_vit.cli import main
+    from keras_vit_cli import main
 
     _, model_path, images = digits_model
     files = []
@@ -189,7 +189,7 @@ def test_visualize_command(digits_model, tmp_path, capsys, method):
 
 @pytest.mark.tensorflow_only
 def test_inspect_command_writes_every_figure(digits_model, tmp_path):
-    from keras_vit.cli import main
+    from keras_vit_cli import main
 
     _, model_path, _ = digits_model
     run_dir = tmp_path / "run"
@@ -210,7 +210,7 @@ def test_inspect_command_writes_every_figure(digits_model, tmp_path):
     ],
 )
 def test_visualize_and_inspect_bad_input(argv, message, tmp_path, monkeypatch, capsys):
-    from keras_vit.cli import main
+    from keras_vit_cli import main
 
     monkeypatch.chdir(tmp_path)
     assert main(argv) == 2
@@ -219,7 +219,7 @@ def test_visualize_and_inspect_bad_input(argv, message, tmp_path, monkeypatch, c
 
 
 def test_unknown_method_is_rejected_with_the_choices(capsys):
-    from keras_vit.cli import main
+    from keras_vit_cli import main
 
     with pytest.raises(SystemExit) as exit_info:
         main(["visualize", "m.keras", "x.png", "--method", "lime", "--out", "o.png"])

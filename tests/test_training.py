@@ -18,7 +18,7 @@ from PIL import Image
 pytestmark = pytest.mark.tensorflow_only  # tf.data and tf.distribute
 tf = pytest.importorskip("tensorflow")
 
-from keras_vit.cli import main  # noqa: E402
+from keras_vit_cli import main  # noqa: E402
 from keras_vit.training import TrainConfig, TrainingError, datasets, evaluate, fit, pipeline, predict  # noqa: E402
 from keras_vit.training.recipes import WarmupDecay, peak_learning_rate  # noqa: E402
 
@@ -230,7 +230,7 @@ def test_nan_loss_stops_with_a_reason(tmp_path):
 def test_xla_is_off_by_default_on_cpu_only_machines_and_on_when_asked(tmp_path, caplog):
     import tensorflow as tf
 
-    from keras_vit.cli import build_parser
+    from keras_vit_cli import build_parser
 
     parse = build_parser().parse_args
     assert [parse(["train", *flag]).jit_compile for flag in ([], ["--jit-compile"], ["--no-jit-compile"])] == [
@@ -291,7 +291,7 @@ def test_yaml_config_with_flag_override(tmp_path):
 
 def _run_cli(args, env_extra=None):
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **(env_extra or {})}
-    return subprocess.Popen([sys.executable, "-m", "keras_vit.cli", *args], cwd=ROOT, env=env,
+    return subprocess.Popen([sys.executable, "-m", "keras_vit_cli", *args], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
 
 

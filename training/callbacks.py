@@ -2,22 +2,26 @@
 
 import csv
 import math
-import os
 from pathlib import Path
 
 import keras
+
+from keras_vit.saving import inference_copy, save_model
 
 
 class AtomicCheckpoint(keras.callbacks.Callback):
     """Saves `last.keras` after every epoch and `best.keras` when `monitor` improves (every
     epoch when `monitor` is None), each written to a temporary file and renamed, so a kill
-    never leaves a half-written model. Epochs whose loss is not finite are never saved."""
+    never leaves a half-written model, and without the optimizer, so it loads wherever
+    keras_vit is imported (`backup/` holds the resumable state). Epochs whose loss is not
+    finite are never saved."""
 
     def __init__(self, run_dir, monitor="val_accuracy"):
         super().__init__()
         self.run_dir = Path(run_dir)
         self.monitor = monitor
         self.best = -math.inf
+        self._copy = None  # the uncompiled model that is saved, its weights updated each epoch
 
     def on_train_begin(self, logs=None):
         # A resumed run: BackupAndRestore brings back the weights, not the best value so far,
@@ -33,6 +37,7 @@ class AtomicCheckpoint(keras.callbacks.Callback):
         logs = logs or {}
         if not math.isfinite(logs.get("loss", math.nan)):
             return
+        self._copy = inference_copy(self.model, into=self._copy)
         self._save("last.keras")
         if self.monitor is None:
             self._save("best.keras")
@@ -43,9 +48,7 @@ class AtomicCheckpoint(keras.callbacks.Callback):
             self._save("best.keras")
 
     def _save(self, name):
-        temporary = self.run_dir / f".{name}.tmp.keras"
-        self.model.save(temporary)
-        os.replace(temporary, self.run_dir / name)
+        save_model(self._copy, self.run_dir / name)
 
 
 class StopOnNaN(keras.callbacks.Callback):

@@ -6,8 +6,9 @@ run is reproducible even with parallel map calls.
 
 import tensorflow as tf
 
+from keras_vit.training.config import EVAL_CROP
+
 AUTOTUNE = tf.data.AUTOTUNE
-EVAL_CROP = 0.875  # resize to size / 0.875, then centre-crop (Inception-style evaluation)
 
 
 def train_pipeline(source_ds, num_examples, config, image_size, num_classes, global_batch, cache=False):

@@ -11,13 +11,14 @@ import numpy as np
 import yaml
 
 import keras_vit
+from keras_vit import saving
 from keras_vit.training import datasets, multi_worker, pipeline, recipes
 from keras_vit.training.callbacks import AtomicCheckpoint, StopOnNaN
 from keras_vit.training.config import TrainConfig
 from keras_vit.training.strategy import make_placement
 
 logger = logging.getLogger("keras_vit")
-CONFIG_FILE, LABELS_FILE, EVAL_FILE = "config.yaml", "labels.txt", "eval.json"
+CONFIG_FILE, LABELS_FILE, EVAL_FILE = saving.RUN_CONFIG, saving.RUN_LABELS, saving.RUN_EVAL
 
 
 class TrainingError(RuntimeError):
@@ -79,7 +80,8 @@ def fit(config, overwrite=False, verbose="auto"):
         logger.warning("keras_vit: XLA (jit_compile) is off for %s", placement.description)
     logger.info("keras_vit: training on %s, global batch %d, %s", placement.description, global_batch,
                 "XLA" if model.jit_compile else "graph mode (no XLA)")  # fmt: skip
-    model.fit(train, epochs=c.epochs, steps_per_epoch=steps_per_epoch, validation_data=selection,
+    # shuffle=False: the pipeline shuffles itself (Keras warns that it ignores shuffle=True).
+    model.fit(train, epochs=c.epochs, steps_per_epoch=steps_per_epoch, validation_data=selection, shuffle=False,
               callbacks=callbacks, verbose=verbose)  # fmt: skip
     if not placement.is_chief:
         (run_dir / CONFIG_FILE).write_text(yaml.safe_dump(c.to_dict(), sort_keys=True))
@@ -89,37 +91,52 @@ def fit(config, overwrite=False, verbose="auto"):
     return evaluate(run_dir, verbose=verbose)
 
 
-def evaluate(run_dir, verbose="auto"):
-    """Evaluates a run's `best.keras` on its evaluation split; writes and returns `eval.json`
-    (`selected_on`: how many held-out training examples chose the checkpoint's epoch; 0 when
-    it is simply the last epoch)."""
-    run_dir = Path(run_dir)
-    c = load_run_config(run_dir)
-    model = load_run_model(run_dir)
-    source = datasets.load(c)
-    data = _eval_pipeline(source.eval, c, model.config.image_size, model.config.num_classes, c.batch_size)
+def evaluate(source, dataset=None, verbose="auto"):
+    """Evaluates a model on the evaluation split of its data; returns the `eval.json` dict.
+
+    `source`: a run directory (its `best.keras`, on the run's own evaluation split, never used
+    in training; `eval.json` is written there), or a `.keras` file or checkpoint with
+    `dataset` ("digits", "tfds:NAME" or a folder; its evaluation split as `train` makes it).
+    `selected_on`: how many held-out training examples chose the checkpoint's epoch."""
+    if dataset:
+        c = TrainConfig(dataset=dataset)
+    elif saving.is_run_dir(source):
+        c = load_run_config(source)
+    else:
+        raise ValueError(f"{source} is not a run directory: say which data to evaluate on (dataset=..., --dataset).")
+    model = saving.load_model(source)
+    data_source = datasets.load(c)
+    if len(data_source.class_names) != model.config.num_classes:
+        raise ValueError(f"{c.dataset} has {len(data_source.class_names)} classes; the model has "
+                         f"{model.config.num_classes}.")  # fmt: skip
+    data = _eval_pipeline(data_source.eval, c, model.config.image_size, model.config.num_classes, c.batch_size)
     model.compile(loss=keras.losses.CategoricalCrossentropy(from_logits=True),
                   metrics=[keras.metrics.CategoricalAccuracy(name="accuracy"),
                            keras.metrics.TopKCategoricalAccuracy(5, name="top5")])  # fmt: skip
     values = model.evaluate(data, verbose=verbose, return_dict=True)
+    checkpoint = saving.run_checkpoint(source).name if saving.is_run_dir(source) else str(source)
     result = {"top1": float(values["accuracy"]), "top5": float(values["top5"]), "loss": float(values["loss"]),
-              "num_examples": int(source.num_eval), "checkpoint": "best.keras",
-              "selected_on": int(source.num_select)}  # fmt: skip
-    (run_dir / EVAL_FILE).write_text(json.dumps(result, indent=2) + "\n")
+              "num_examples": int(data_source.num_eval), "checkpoint": checkpoint,
+              "selected_on": int(data_source.num_select)}  # fmt: skip
+    if saving.is_run_dir(source) and not dataset:
+        (Path(source) / EVAL_FILE).write_text(json.dumps(result, indent=2) + "\n")
     return result
 
 
-def predict(run_dir, images, top_k=5):
-    """Top-k `(label, probability)` lists for `images` (uint8/float `(N, H, W, 3)`, any size)."""
-    run_dir = Path(run_dir)
-    c = load_run_config(run_dir)
-    model = load_run_model(run_dir)
-    labels = (run_dir / LABELS_FILE).read_text().splitlines()
-    crop = 1.0 if c.is_digits else pipeline.EVAL_CROP
+def predict(source, images, top_k=5, labels=None, crop=None):
+    """Top-k `(label, probability)` lists for `images` (uint8/float `(N, H, W, 3)`, any size).
+
+    `source`: a run directory, a `.keras` file or a checkpoint; `labels`: a file or list of
+    class names (default: the run's `labels.txt`, else class indices); `crop`: the centre-crop
+    fraction before resizing (default: the run's evaluation transform, else 0.875)."""
+    model = saving.load_model(source)
+    names = saving.label_names(source, model.config.num_classes, labels)
+    if crop is None:
+        crop = load_run_config(source).eval_crop if saving.is_run_dir(source) else pipeline.EVAL_CROP
     batch = np.stack([pipeline.centre_crop(np.asarray(image), model.config.image_size, crop).numpy() for image in images])
     probabilities = keras.ops.convert_to_numpy(keras.ops.softmax(model.predict(batch, verbose=0), axis=-1))
     top = np.argsort(-probabilities, axis=-1)[:, :top_k]
-    return [[(labels[i], float(p[i])) for i in row] for row, p in zip(top, probabilities)]
+    return [[(names[i], float(p[i])) for i in row] for row, p in zip(top, probabilities)]
 
 
 def load_run_config(run_dir):
@@ -130,10 +147,7 @@ def load_run_config(run_dir):
 
 
 def load_run_model(run_dir):
-    for name in ("best.keras", "last.keras"):
-        if (Path(run_dir) / name).is_file():
-            return keras.saving.load_model(Path(run_dir) / name, safe_mode=True)
-    raise FileNotFoundError(f"{run_dir} has no best.keras or last.keras (has training finished an epoch?).")
+    return saving.load_keras_file(saving.run_checkpoint(run_dir))
 
 
 def _global_batch(c, replicas):
@@ -157,7 +171,7 @@ def _build_model(c, num_classes):
 
 
 def _eval_pipeline(ds, c, size, num_classes, batch):
-    return pipeline.eval_pipeline(ds, size, num_classes, batch, crop=1.0 if c.is_digits else pipeline.EVAL_CROP)
+    return pipeline.eval_pipeline(ds, size, num_classes, batch, crop=c.eval_crop)
 
 
 # How a run executes, not what it computes: a run may resume with these changed.
@@ -181,7 +195,7 @@ def _prepare_run_dir(c, overwrite):
             raise ValueError(f"{run_dir} holds a run with a different config ({fields}); pass --overwrite to "
                              "replace it or choose another --run-dir.")  # fmt: skip
         else:
-            for name in ("best.keras", "last.keras", "log.csv", EVAL_FILE):
+            for name in (*saving.RUN_CHECKPOINTS, "log.csv", EVAL_FILE):
                 if (run_dir / name).exists():
                     os.unlink(run_dir / name)
             shutil.rmtree(run_dir / "backup", ignore_errors=True)

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from keras_vit.cli.options import add_model_options, model_overrides
+from keras_vit_cli.options import add_model_options, model_overrides
 
 
 def add_parser(subparsers):
@@ -25,7 +25,7 @@ def add_parser(subparsers):
 
 def run(args):
     import keras_vit
-    from keras_vit.cli import CommandError
+    from keras_vit_cli import CommandError
 
     output = Path(args.output)
     if output.suffix != ".keras":
@@ -38,9 +38,7 @@ def run(args):
     else:
         model = keras_vit.ViT.from_checkpoint(args.source, **overrides)
     output.parent.mkdir(parents=True, exist_ok=True)
-    temporary = output.with_name(output.name + ".tmp.keras")
-    model.save(temporary)
-    temporary.replace(output)
+    keras_vit.saving.save_model(model, output)
     c = model.config
     print(f"wrote {output}: {keras_vit.count_params(model):,} parameters, {c.num_layers} layers, width "
           f"{c.hidden_size}, {c.num_heads} heads, {c.image_size[0]}x{c.image_size[1]} input, {c.num_classes} classes")  # fmt: skip

@@ -43,7 +43,7 @@ def add_parser(subparsers):
 
 
 def run(args):
-    from keras_vit.cli import CommandError
+    from keras_vit_cli import CommandError
 
     unknown = [m for m in args.quantize if m not in _MODES]
     if unknown:

@@ -6,7 +6,7 @@ import json
 import logging
 import sys
 
-from keras_vit.cli import images as image_io
+from keras_vit_cli import images as image_io
 
 # flag -> (TrainConfig field, argparse options); defaults stay None so a YAML file can set them.
 _FLAGS = {
@@ -60,17 +60,24 @@ def add_parser(subparsers):
     train.add_argument("--overwrite", action="store_true", help="replace a run directory of another config")
     train.set_defaults(run=run_train)
 
-    evaluate = subparsers.add_parser("evaluate", help="evaluate a run's best checkpoint",
-                                     description="Evaluate RUN_DIR/best.keras on the run's evaluation split "
-                                     "(never used in training) and write RUN_DIR/eval.json.")  # fmt: skip
-    evaluate.add_argument("run_dir")
+    evaluate = subparsers.add_parser("evaluate", help="evaluate a model on held-out data",
+                                     description="Evaluate a run directory's best.keras on the run's evaluation "
+                                     "split (never used in training) and write RUN_DIR/eval.json; or a .keras file "
+                                     "or checkpoint on the evaluation split of --dataset. Prints the result as JSON.")  # fmt: skip
+    evaluate.add_argument("model", help="run directory, .keras file or checkpoint")
+    evaluate.add_argument("--dataset", help="'digits', 'tfds:NAME' or an image folder (default: the run's own)")
     evaluate.set_defaults(run=run_evaluate)
 
-    predict = subparsers.add_parser("predict", help="classify images with a trained run",
-                                    description="Print the top-k labels of each image with RUN_DIR/best.keras.")
-    predict.add_argument("run_dir")
+    predict = subparsers.add_parser("predict", help="classify images with a trained model",
+                                    description="Print the top-k labels of each image. MODEL is a run directory "
+                                    "(its best.keras, labels and evaluation transform), a .keras file or a checkpoint.")  # fmt: skip
+    predict.add_argument("model", help="run directory, .keras file or checkpoint")
     predict.add_argument("images", nargs="+")
     predict.add_argument("--top-k", type=int, default=5)
+    predict.add_argument("--labels", help="file of class names, one per line (default: the run's labels.txt, else "
+                         "class indices)")  # fmt: skip
+    predict.add_argument("--crop", type=float, help="centre-crop fraction before resizing (default: the run's, "
+                         "else 0.875; 1: resize only)")  # fmt: skip
     predict.set_defaults(run=run_predict)
 
 
@@ -105,12 +112,14 @@ def _show_run_log():
 def run_evaluate(args):
     from keras_vit.training import evaluate
 
-    print(json.dumps(evaluate(args.run_dir)))
+    print(json.dumps(evaluate(args.model, dataset=args.dataset)))
 
 
 def run_predict(args):
     from keras_vit.training import predict
 
+    if args.top_k < 1 or (args.crop is not None and not 0.0 < args.crop <= 1.0):
+        raise ValueError("--top-k must be positive and --crop in (0, 1].")
     images = [image_io.load_image(path, None)[0] for path in args.images]
-    for path, top in zip(args.images, predict(args.run_dir, images, args.top_k)):
+    for path, top in zip(args.images, predict(args.model, images, args.top_k, labels=args.labels, crop=args.crop)):
         print(f"{path}: " + ", ".join(f"{label} {p:.3f}" for label, p in top))

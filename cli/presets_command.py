@@ -1,8 +1,5 @@
 """`keras-vit presets`: the table of model variants."""
 
-from keras_vit import presets
-
-
 def add_parser(subparsers):
     parser = subparsers.add_parser(
         "presets",
@@ -14,6 +11,8 @@ def add_parser(subparsers):
 
 
 def run(args):
+    from keras_vit import presets
+
     width = max(map(len, presets.PRESETS))
     for name in presets.list_presets():
         print(f"{name:<{width}}  {presets.describe_preset(name)}")

@@ -4,8 +4,8 @@ import time
 
 import numpy as np
 
-from keras_vit.cli import images as image_io
-from keras_vit.cli.options import add_model_options, model_overrides
+from keras_vit_cli import images as image_io
+from keras_vit_cli.options import add_model_options, model_overrides
 
 
 def add_parser(subparsers):

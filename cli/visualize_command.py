@@ -4,8 +4,7 @@ from pathlib import Path
 
 import numpy as np
 
-from keras_vit.cli import images as image_io
-from keras_vit.cli.models import load_model
+from keras_vit_cli import images as image_io
 
 METHODS = ("rollout", "attention", "saliency", "smoothgrad", "gradcam++", "scorecam")
 
@@ -29,6 +28,7 @@ def add_parser(subparsers):
 
 def run(args):
     from keras_vit import inspect, plot
+    from keras_vit.saving import load_model
 
     model = load_model(args.model)
     pixels = np.stack([image_io.load_image(path, model.config.image_size)[0] for path in args.images]).astype("float32")

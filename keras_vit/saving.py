@@ -1,0 +1,98 @@
+"""Model files: `.keras` files that load wherever keras_vit is imported, and the sources every
+command reads a model from (a `.keras` file, a training run directory, a checkpoint)."""
+
+import os
+from pathlib import Path
+
+import keras
+
+# A training run directory, written by keras_vit.training and read by every command.
+RUN_CONFIG = "config.yaml"
+RUN_LABELS = "labels.txt"
+RUN_EVAL = "eval.json"
+RUN_CHECKPOINTS = ("best.keras", "last.keras")  # the run's model is the first one present
+
+
+class ModelFileError(ValueError):
+    """A model source that cannot be read; the message is one line that names the file."""
+
+
+def inference_copy(model, into=None):
+    """An uncompiled model with `model`'s config and weights (`into`: an earlier copy to update)."""
+    copy = into if into is not None else type(model).from_config(model.get_config())
+    copy.set_weights(model.get_weights())
+    return copy
+
+
+def save_model(model, path):
+    """Writes `model` to the `.keras` file `path` without its optimizer and compile settings
+    (they would need the training code's classes to load), through a temporary file renamed
+    into place, so a kill never leaves a half-written file."""
+    path = Path(path)
+    if getattr(model, "compiled", False):
+        model = inference_copy(model)
+    temporary = path.with_name(f".{path.name}.tmp.keras")
+    model.save(temporary)
+    os.replace(temporary, path)
+
+
+def is_run_dir(path):
+    """Whether `path` is a training run directory (not a Hugging Face checkpoint folder)."""
+    path = Path(path)
+    return path.is_dir() and not (path / "config.json").is_file()
+
+
+def run_checkpoint(run_dir):
+    """The `.keras` file of a run directory: `best.keras`, else `last.keras`."""
+    for name in RUN_CHECKPOINTS:
+        if (Path(run_dir) / name).is_file():
+            return Path(run_dir) / name
+    raise ModelFileError(f"{run_dir} has no {' or '.join(RUN_CHECKPOINTS)} (has training finished an epoch?).")
+
+
+def load_keras_file(path):
+    """A keras_vit `ViT` from a `.keras` file, in safe mode and without training state, so
+    files that carry an optimizer (written by keras_vit 0.1 runs) load too."""
+    from keras_vit.model import ViT
+
+    path = Path(path)
+    if not path.is_file():
+        raise ModelFileError(f"model file not found: {path}")
+    try:
+        model = keras.saving.load_model(path, safe_mode=True, compile=False)
+    except Exception as error:  # zip, h5 and config errors of many types
+        reason = " ".join(str(error).split())[:300]
+        raise ModelFileError(f"cannot load {path}: {type(error).__name__}: {reason}") from None
+    if not isinstance(model, ViT):
+        raise ModelFileError(f"{path} holds a {type(model).__name__}, not a keras_vit ViT.")
+    return model
+
+
+def load_model(source, **overrides):
+    """A keras_vit `ViT` from a `.keras` file, a run directory (its `best.keras`, else
+    `last.keras`) or any checkpoint `ViT.from_checkpoint` reads (file, Hugging Face folder or
+    known name; `overrides` are config fields for it, e.g. `num_classes`)."""
+    from keras_vit.model import ViT
+
+    path = Path(source)
+    if is_run_dir(path):
+        path = run_checkpoint(path)
+    if path.suffix == ".keras":
+        if overrides:
+            raise ModelFileError(f"{path} is a complete model: its {', '.join(overrides)} cannot be overridden.")
+        return load_keras_file(path)
+    return ViT.from_checkpoint(source, **overrides)
+
+
+def label_names(source, num_classes, labels=None):
+    """Class names of a model: from `labels` (a file of one name per line, or a list), else the
+    run directory's `labels.txt`, else the class indices as strings."""
+    if labels is not None:
+        names = Path(labels).read_text().splitlines() if isinstance(labels, (str, Path)) else list(labels)
+    elif is_run_dir(source) and (Path(source) / RUN_LABELS).is_file():
+        names = (Path(source) / RUN_LABELS).read_text().splitlines()
+    else:
+        names = [str(i) for i in range(num_classes)]
+    if len(names) != num_classes:
+        raise ModelFileError(f"{len(names)} label names for a model of {num_classes} classes.")
+    return names
