@@ -6,6 +6,7 @@ The top floor: it imports keras_vit and its applications only when a command run
 
 import argparse
 import contextlib
+import importlib
 import os
 import re
 import sys
@@ -73,11 +74,11 @@ def _load_keras(verbose):
     """Imports keras_vit (and with it Keras and its backend). TensorFlow's INFO lines stay out of
     normal output unless asked for (`--verbose`) or the user set TF_CPP_MIN_LOG_LEVEL."""
     if verbose or "TF_CPP_MIN_LOG_LEVEL" in os.environ:
-        import keras_vit  # noqa: F401
+        importlib.import_module("keras_vit")
         return
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
     with _startup_lines_hidden():
-        import keras_vit  # noqa: F401
+        importlib.import_module("keras_vit")
 
 
 def main(argv=None):

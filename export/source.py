@@ -3,7 +3,6 @@ calibration, fine-tuning and the held-out evaluation of every artifact."""
 
 import dataclasses
 import logging
-from pathlib import Path
 
 import keras
 import numpy as np
@@ -82,8 +81,6 @@ def load_source(path, calibration_size=200, eval_limit=2000, labels=None, datase
 
 def _data(config, model, calibration_size, eval_limit):
     """Calibration sample, held-out arrays and the fine-tuning pipeline of a training config."""
-    import tensorflow as tf
-
     from keras_vit.training import datasets, pipeline
 
     source = datasets.load(config)

@@ -7,6 +7,8 @@ This helper always names that layer and turns tf-keras-vis's Conv search off. Ne
 TensorFlow backend and `pip install tf-keras-vis`.
 """
 
+import warnings
+
 import keras
 import numpy as np
 
@@ -40,5 +42,15 @@ def saliency_maps(model, images, method="gradcam++", class_index=None, scorecam_
         if method == "gradcam++":
             maps = GradcamPlusPlus(model, clone=False)(score, images, **cam)
         else:
-            maps = Scorecam(model, clone=False)(score, images, max_N=scorecam_channels, **cam)
+            # Scorecam runs model.predict on its masked inputs, given as a list and with Keras's
+            # progress bar: neither the structure warning nor the bar is the user's to act on.
+            interactive = keras.utils.is_interactive_logging_enabled()
+            keras.utils.disable_interactive_logging()
+            try:
+                with warnings.catch_warnings():
+                    warnings.filterwarnings("ignore", message="The structure of `inputs` doesn't match")
+                    maps = Scorecam(model, clone=False)(score, images, max_N=scorecam_channels, **cam)
+            finally:
+                if interactive:
+                    keras.utils.enable_interactive_logging()
     return np.asarray(maps, dtype="float32").reshape(images.shape[:3])

@@ -132,7 +132,8 @@ def predict(source, images, top_k=5, labels=None, crop=None):
     model = saving.load_model(source)
     names = saving.label_names(source, model.config.num_classes, labels)
     if crop is None:
-        crop = load_run_config(source).eval_crop if saving.is_run_dir(source) else pipeline.EVAL_CROP
+        from_run = saving.is_run_dir(source) and (Path(source) / CONFIG_FILE).is_file()
+        crop = load_run_config(source).eval_crop if from_run else pipeline.EVAL_CROP
     batch = np.stack([pipeline.centre_crop(np.asarray(image), model.config.image_size, crop).numpy() for image in images])
     probabilities = keras.ops.convert_to_numpy(keras.ops.softmax(model.predict(batch, verbose=0), axis=-1))
     top = np.argsort(-probabilities, axis=-1)[:, :top_k]

@@ -1,0 +1,246 @@
+"""The user's journey, as the README tells it: every step is the installed `keras-vit` command or
+`python -c` in a fresh process, never the test process, on one real default digits run."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytestmark = [pytest.mark.tensorflow_only, pytest.mark.xdist_group("journey")]
+
+BIN = Path(sys.executable).parent
+KERAS_VIT = str(BIN / "keras-vit")
+VISUALIZE_METHODS = ("rollout", "attention", "saliency", "smoothgrad", "gradcam++", "scorecam")
+LITERT_MODES = ("float32", "float16", "dynamic", "int8", "int8-mixed", "int16x8")
+# A digits model trained with every option defaulted; several images of margin below what it
+# reaches on seed 0 (README), so float rounding on another CPU cannot fail it.
+DEFAULT_TOP1_BAR = 0.975
+
+
+def run(*command, backend="tensorflow", expect=0, timeout=600, cwd=None):
+    """Runs a command as a user would (a fresh process, TensorFlow's log level left to the
+    command); on an unexpected exit status, fails with the command and its last lines."""
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    env["KERAS_BACKEND"] = backend
+    result = subprocess.run([str(c) for c in command], capture_output=True, text=True, env=env, timeout=timeout,
+                            cwd=cwd)  # fmt: skip
+    if result.returncode != expect:
+        tail = "\n".join((result.stdout + result.stderr).splitlines()[-25:])
+        pytest.fail(f"`{' '.join(map(str, command))}` (KERAS_BACKEND={backend}) exited {result.returncode}, "
+                    f"expected {expect}:\n{tail}")  # fmt: skip
+    return result
+
+
+def python(script, **kwargs):
+    return run(sys.executable, "-c", textwrap.dedent(script), **kwargs)
+
+
+@pytest.fixture(scope="module")
+def journey(tmp_path_factory):
+    """The README's main job, `keras-vit train --dataset digits --run-dir R`, and three digits
+    of classes 0, 1 and 2 written as 8x8 PNG files."""
+    from PIL import Image
+    from sklearn.datasets import load_digits
+
+    home = tmp_path_factory.mktemp("journey")
+    trained = run(KERAS_VIT, "train", "--dataset", "digits", "--run-dir", home / "run", cwd=home)
+    digits = load_digits()
+    files = []
+    for label in (0, 1, 2):
+        index = int(np.flatnonzero(digits.target == label)[-1])
+        pixels = np.round(digits.images[index] * 255.0 / 16.0).astype(np.uint8)
+        files.append(home / f"digit{label}.png")
+        Image.fromarray(pixels).convert("RGB").save(files[-1])
+    return home, home / "run", files, trained
+
+
+def test_train_with_every_option_defaulted(journey):
+    _, run_dir, _, trained = journey
+    result = json.loads(trained.stdout.strip().splitlines()[-1])
+    assert result["num_examples"] == 359 and result["top1"] >= DEFAULT_TOP1_BAR, result
+    for name in ("config.yaml", "labels.txt", "best.keras", "last.keras", "log.csv", "eval.json"):
+        assert (run_dir / name).exists(), name
+    # normal output carries no TensorFlow INFO lines and no Keras warnings a user cannot act on
+    assert "oneDNN custom operations" not in trained.stderr and "InitializeLog" not in trained.stderr
+    assert "UserWarning" not in trained.stderr, trained.stderr[-2000:]
+    assert re.search(r"keras_vit: training on one device \(/\w+:0\), global batch 32, (XLA|graph mode)", trained.stderr)
+
+
+def test_evaluate_and_predict_from_the_run_and_from_its_keras_file(journey):
+    home, run_dir, images, trained = journey
+    evaluated = json.loads(run(KERAS_VIT, "evaluate", run_dir).stdout.strip().splitlines()[-1])
+    assert evaluated["top1"] == pytest.approx(json.loads(trained.stdout.strip().splitlines()[-1])["top1"], abs=1e-6)
+    on_file = json.loads(run(KERAS_VIT, "evaluate", run_dir / "best.keras", "--dataset", "digits").stdout.splitlines()[-1])
+    assert on_file["top1"] == pytest.approx(evaluated["top1"], abs=1e-6)
+    lines = run(KERAS_VIT, "predict", run_dir, *images, "--top-k", "1").stdout.strip().splitlines()
+    assert [line.split(": ")[1].split()[0] for line in lines] == ["0", "1", "2"]
+    same = run(KERAS_VIT, "predict", run_dir / "best.keras", *images, "--top-k", "1", "--crop", "1",
+               "--labels", run_dir / "labels.txt").stdout.strip().splitlines()  # fmt: skip
+    assert same == lines
+
+
+def test_best_keras_reloads_with_keras_vit_alone_in_safe_mode(journey):
+    _, run_dir, _, _ = journey
+    loaded = python(f"""
+        import sys
+        import keras, keras_vit
+        model = keras.saving.load_model({str(run_dir / "best.keras")!r}, safe_mode=True)
+        assert "keras_vit.training" not in sys.modules
+        print(type(model).__name__, model.config.num_classes, model.compiled)
+    """)
+    assert loaded.stdout.split() == ["ViT", "10", "False"]
+
+
+@pytest.mark.parametrize("method", VISUALIZE_METHODS)
+def test_visualize_every_method(journey, method):
+    home, run_dir, images, _ = journey
+    out = home / f"visualize_{method}.png"
+    written = run(KERAS_VIT, "visualize", run_dir, *images[:2], "--method", method, "--out", out).stdout
+    assert all(line.startswith("wrote ") for line in written.strip().splitlines()), written  # no progress bars
+    files = [Path(line.removeprefix("wrote ")) for line in written.strip().splitlines()]
+    assert files and all(f.is_file() and f.read_bytes()[:4] == b"\x89PNG" for f in files), written
+
+
+def test_inspect_writes_every_figure(journey):
+    home, run_dir, images, _ = journey
+    written = run(KERAS_VIT, "inspect", run_dir, "--out", home / "figures", "--images", *images).stdout
+    names = sorted(Path(line.removeprefix("wrote ")).stem for line in written.strip().splitlines())
+    assert names == ["attention_distance", "class_token_attention", "patch_embedding_components",
+                     "position_similarity", "rollout"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def exported(journey):
+    home, run_dir, _, _ = journey
+    out = run(KERAS_VIT, "export", run_dir, "--saved-model", home / "serving", "--tflite", home / "tflite",
+              "--quantize", *LITERT_MODES).stdout  # fmt: skip
+    return home, json.loads((home / "tflite" / "export_report.json").read_text()), out
+
+
+def test_export_every_mode_checked_on_the_held_out_split(exported):
+    home, report, table = exported
+    rows = {row["artifact"]: row for row in report["artifacts"]}
+    assert set(rows) == {f"vit_{mode}.tflite" for mode in LITERT_MODES} | {"vit/1 (SavedModel)"}
+    assert report["num_eval"] == 359 and "| vit_int8.tflite |" in table
+    assert rows["vit/1 (SavedModel)"]["agreement"] == 1.0
+    assert all(row["agreement"] >= 0.97 for row in rows.values()), rows
+
+
+def test_saved_model_answers_both_signatures_in_bare_tensorflow(exported, journey):
+    home, _, images, _ = journey
+    answered = python(f"""
+        import sys
+        import numpy as np, tensorflow as tf
+        from PIL import Image
+        loaded = tf.saved_model.load({str(home / "serving" / "vit" / "1")!r})
+        files = {[str(p) for p in images]!r}
+        pixels = np.stack([np.asarray(Image.open(f).convert("RGB").resize((16, 16), Image.BILINEAR), np.float32)
+                           for f in files])
+        by_pixels = loaded.signatures["serving_default"](images=tf.constant(pixels))
+        by_bytes = loaded.signatures["serve_image_bytes"](image_bytes=tf.constant([open(f, "rb").read() for f in files]))
+        assert "keras_vit" not in sys.modules
+        print(*[label.decode() for label in by_bytes["top_k_labels"].numpy()[:, 0]])
+        print(*by_pixels["top_k_classes"].numpy()[:, 0])
+    """)
+    by_bytes, by_pixels = answered.stdout.strip().splitlines()
+    assert by_bytes.split() == ["0", "1", "2"] and by_pixels.split() == ["0", "1", "2"]
+
+
+def test_tflite_answers_in_ai_edge_litert_and_mediapipe(exported, journey):
+    home, _, images, _ = journey
+    answered = python(f"""
+        import sys
+        import numpy as np
+        import mediapipe as mp
+        from mediapipe.tasks import python as tasks
+        from mediapipe.tasks.python import vision
+        from ai_edge_litert.interpreter import Interpreter
+        from PIL import Image
+        files = {[str(p) for p in images]!r}
+        for mode in ("float32", "int8"):
+            path = {str(home / "tflite")!r} + f"/vit_{{mode}}.tflite"
+            interpreter = Interpreter(model_path=path)
+            interpreter.allocate_tensors()
+            (inp,), (out,) = interpreter.get_input_details(), interpreter.get_output_details()
+            options = vision.ImageClassifierOptions(base_options=tasks.BaseOptions(model_asset_path=path), max_results=1)
+            classifier = vision.ImageClassifier.create_from_options(options)
+            litert, media = [], []
+            for f in files:
+                rgb = Image.open(f).convert("RGB")
+                pixels = np.asarray(rgb.resize((16, 16), Image.BILINEAR), np.float32)[None]
+                interpreter.set_tensor(inp["index"], pixels)
+                interpreter.invoke()
+                litert.append(int(interpreter.get_tensor(out["index"]).argmax()))
+                image = mp.Image(image_format=mp.ImageFormat.SRGB, data=np.ascontiguousarray(np.asarray(rgb)))
+                media.append(classifier.classify(image).classifications[0].categories[0].category_name)
+            assert "keras_vit" not in sys.modules
+            print(mode, *litert, *media)
+    """)
+    for line in answered.stdout.strip().splitlines():
+        assert line.split()[1:] == ["0", "1", "2", "0", "1", "2"], line
+
+
+def test_finetune_from_an_official_layout_npz_at_a_larger_resolution(journey):
+    home, run_dir, _, _ = journey
+    npz = home / "digits_vit.npz"
+    python(f"""
+        import keras_vit
+        model = keras_vit.saving.load_model({str(run_dir)!r})
+        keras_vit.save_npz(model, {str(npz)!r})
+    """)
+    tuned = run(KERAS_VIT, "train", "--dataset", "digits", "--recipe", "finetune", "--weights", npz,
+                "--image-size", "24", "--epochs", "1", "--run-dir", home / "finetuned")  # fmt: skip
+    result = json.loads(tuned.stdout.strip().splitlines()[-1])
+    # one epoch from random weights reaches about 20%; from the trained weights far more
+    assert result["top1"] >= 0.9, result
+    config = (home / "finetuned" / "config.yaml").read_text()
+    assert "recipe: finetune" in config and "image_size: 24" in config
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch"])
+def test_verbs_without_tensorflow_code_on_other_backends(journey, backend):
+    home, run_dir, images, _ = journey
+    summary = run(KERAS_VIT, "summary", "vit_ti16", "--image-size", "32", "--num-classes", "10", backend=backend)
+    assert "parameters:" in summary.stdout
+    npz = home / f"{backend}.npz"
+    python(f"import keras_vit; keras_vit.save_npz(keras_vit.saving.load_model({str(run_dir)!r}), {str(npz)!r})",
+           backend=backend)  # fmt: skip
+    converted = home / f"{backend}.keras"
+    run(KERAS_VIT, "convert", npz, converted, backend=backend)
+    lines = run(KERAS_VIT, "predict", converted, *images, "--top-k", "1", "--crop", "1",
+                backend=backend).stdout.strip().splitlines()  # fmt: skip
+    assert [line.split(": ")[1].split()[0] for line in lines] == ["0", "1", "2"]
+    out = home / f"rollout_{backend}.png"
+    run(KERAS_VIT, "visualize", run_dir, images[0], "--method", "rollout", "--out", out, backend=backend)
+    assert out.is_file()
+
+
+def test_bad_input_along_the_journey_gets_one_line(journey, tmp_path):
+    _, run_dir, images, _ = journey
+    empty = tmp_path / "empty_run"
+    empty.mkdir()
+    truncated = tmp_path / "truncated" / "best.keras"
+    truncated.parent.mkdir()
+    truncated.write_bytes((run_dir / "best.keras").read_bytes()[:2000])
+    not_tflite = tmp_path / "model.tflite"
+    not_tflite.write_bytes(b"not a flatbuffer")
+    not_image = tmp_path / "photo.png"
+    not_image.write_text("not an image")
+    cases = [
+        (("visualize", empty, images[0], "--out", tmp_path / "x.png"), "has no best.keras or last.keras"),
+        (("predict", truncated.parent, images[0]), "cannot load"),
+        (("export", truncated, "--saved-model", tmp_path / "s"), "cannot load"),
+        (("predict", not_tflite, images[0]), "model.tflite"),
+        (("predict", run_dir, not_image), "cannot read image"),
+        (("evaluate", run_dir / "best.keras"), "--dataset"),
+    ]
+    for args, message in cases:
+        result = run(KERAS_VIT, *args, expect=2)
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("keras-vit ") and message in lines[0], (args, result.stderr)
