@@ -47,6 +47,9 @@ def build_parser():
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for command in COMMANDS:
         command.add_parser(subparsers)
+    for subparser in subparsers.choices.values():  # also after the command: `keras-vit train --verbose`
+        subparser.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS,
+                               help="show TensorFlow's start-up and INFO log lines")  # fmt: skip
     return parser
 
 

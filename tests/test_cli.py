@@ -91,3 +91,26 @@ def test_convert_bad_input(argv, message, capsys, tmp_path, monkeypatch):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0]
+
+
+def test_help_and_argument_errors_answer_without_importing_keras():
+    for argv in (["--help"], ["train", "--help"], ["export", "--help"], ["train", "--recipe", "nope"]):
+        result = subprocess.run([sys.executable, "-X", "importtime", "-m", "keras_vit_cli", *argv],
+                                capture_output=True, text=True, timeout=60)  # fmt: skip
+        imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if line.startswith("import time")}
+        heavy = sorted(m for m in imported if m.split(".")[0] in ("keras", "tensorflow", "jax", "torch", "keras_vit"))
+        assert imported and not heavy, (argv, heavy[:5])
+        assert result.returncode == (2 if argv[-1] == "nope" else 0), argv
+
+
+def test_the_command_lines_own_choice_lists_match_the_library():
+    """The parser names some choices itself (so that --help needs no Keras): the library's lists
+    are the source, and this keeps the two equal."""
+    from keras_vit.export import MODES
+    from keras_vit.training import config
+    from keras_vit_cli import build_parser, export_command
+
+    assert export_command._MODES == MODES
+    train = build_parser()._subparsers._group_actions[0].choices["train"]
+    choices = {action.dest: tuple(action.choices) for action in train._actions if action.choices}
+    assert choices == {"recipe": config.RECIPES, "strategy": config.STRATEGIES, "precision": config.PRECISIONS}

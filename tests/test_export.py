@@ -351,9 +351,9 @@ def test_bad_input_gives_one_line_and_leaves_nothing_half_written(source, run_di
 
     assert "choose from float32, float16, dynamic, int8, int8-mixed, int16x8" in fails([str(run_dir), "--tflite", str(tmp_path),
                                                                              "--quantize", "int4"])  # fmt: skip
-    assert "no such model file" in fails([str(tmp_path / "missing.keras"), "--tflite", str(tmp_path)])
+    assert "model file not found" in fails([str(tmp_path / "missing.keras"), "--tflite", str(tmp_path)])
     (tmp_path / "corrupt.keras").write_bytes(b"not a zip")
-    assert "not a readable .keras model" in fails([str(tmp_path / "corrupt.keras"), "--tflite", str(tmp_path / "t")])
+    assert "cannot load" in fails([str(tmp_path / "corrupt.keras"), "--tflite", str(tmp_path / "t")])
     assert "nothing to export" in fails([str(run_dir)])
     assert "freezing applies to the SavedModel" in fails([str(run_dir), "--tflite", str(tmp_path), "--freeze"])
 

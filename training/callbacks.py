@@ -2,6 +2,8 @@
 
 import csv
 import math
+import os
+import shutil
 from pathlib import Path
 
 import keras
@@ -39,8 +41,10 @@ class AtomicCheckpoint(keras.callbacks.Callback):
             return
         self._copy = inference_copy(self.model, into=self._copy)
         self._save("last.keras")
-        if self.monitor is None:
-            self._save("best.keras")
+        if self.monitor is None:  # best is last: the same bytes, copied and renamed into place
+            temporary = self.run_dir / ".best.keras.tmp.keras"
+            shutil.copyfile(self.run_dir / "last.keras", temporary)
+            os.replace(temporary, self.run_dir / "best.keras")
             return
         value = logs.get(self.monitor)
         if value is not None and value > self.best:

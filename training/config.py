@@ -10,7 +10,7 @@ RECIPES = ("pretrain", "finetune")
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 DECAYS = ("cosine", "linear")
-AUGMENTS = ("inception", "translate")
+AUGMENTS = ("inception", "translate", "affine")
 EVAL_CROP = 0.875  # evaluation: resize to size / 0.875, then centre-crop (Inception-style)
 
 # The offline default: a 0.3M-parameter ViT on scikit-learn's digits upscaled to 16x16, one token

@@ -22,6 +22,8 @@ def train_pipeline(source_ds, num_examples, config, image_size, num_classes, glo
         (image, label), seed = example, tf.cast(seed, tf.int32)
         if config.augment == "translate":
             image = translate(image, image_size, seed)
+        elif config.augment == "affine":
+            image = affine(image, image_size, seed)
         else:
             image = inception_crop(image, image_size, config.crop_scale, seed)
         if config.flip:
@@ -68,6 +70,25 @@ def translate(image, size, seed):
     pad = [max(1, s // 8) for s in size]
     image = tf.pad(image, [[pad[0], pad[0]], [pad[1], pad[1]], [0, 0]])
     return tf.image.stateless_random_crop(image, [size[0], size[1], 3], seed)
+
+
+def affine(image, size, seed, rotation=0.2, scale=0.1, shift=0.125):
+    """Resize to `size`, then a random rotation (up to `rotation` radians), zoom (1 +- `scale`)
+    and shift (up to `shift` of each side) about the centre; uncovered pixels are zero."""
+    image = tf.image.resize(tf.cast(image, tf.float32), size, method="bilinear")
+    u = tf.random.stateless_uniform([4], seed, -1.0, 1.0)
+    angle, zoom = rotation * u[0], 1.0 + scale * u[1]
+    ty, tx = shift * size[0] * u[2], shift * size[1] * u[3]
+    cy, cx = (size[0] - 1) / 2, (size[1] - 1) / 2
+    # The op maps each output pixel (x, y) to the input pixel it reads: the inverse of
+    # "zoom and rotate about the centre, then shift".
+    a0, a1 = tf.cos(angle) / zoom, tf.sin(angle) / zoom
+    b0, b1 = -tf.sin(angle) / zoom, tf.cos(angle) / zoom
+    transform = tf.stack([a0, a1, cx - a0 * (cx + tx) - a1 * (cy + ty),
+                          b0, b1, cy - b0 * (cx + tx) - b1 * (cy + ty), 0.0, 0.0])  # fmt: skip
+    return tf.raw_ops.ImageProjectiveTransformV3(
+        images=image[None], transforms=transform[None], output_shape=tf.constant(size, tf.int32), fill_value=0.0,
+        interpolation="BILINEAR", fill_mode="CONSTANT")[0]  # fmt: skip
 
 
 def centre_crop(image, size, crop=EVAL_CROP):

@@ -96,7 +96,8 @@ def evaluate(source, dataset=None, verbose="auto"):
 
     `source`: a run directory (its `best.keras`, on the run's own evaluation split, never used
     in training; `eval.json` is written there), or a `.keras` file or checkpoint with
-    `dataset` ("digits", "tfds:NAME" or a folder; its evaluation split as `train` makes it).
+    `dataset` ("digits", "tfds:NAME" or a folder; its evaluation split as `train` makes it
+    with the default options, seed 0 included).
     `selected_on`: how many held-out training examples chose the checkpoint's epoch."""
     if dataset:
         c = TrainConfig(dataset=dataset)
@@ -145,10 +146,6 @@ def load_run_config(run_dir):
     if not path.is_file():
         raise FileNotFoundError(f"{run_dir} is not a run directory (no {CONFIG_FILE}).")
     return TrainConfig.from_dict(yaml.safe_load(path.read_text()))
-
-
-def load_run_model(run_dir):
-    return saving.load_keras_file(saving.run_checkpoint(run_dir))
 
 
 def _global_batch(c, replicas):
