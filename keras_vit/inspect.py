@@ -44,17 +44,28 @@ def upsample(maps, size):
 
 
 def rollout_maps(model, images):
-    """Attention-rollout heat maps `(batch, H, W)` in [0, 1] for a token-classifier model."""
-    config = _token_config(model)
+    """Attention-rollout heat maps `(batch, H, W)` in [0, 1]: the class token's row of the
+    rollout, or for a mean-pooled model (`classifier="gap"`) the mean of the patch rows, the
+    rollout of the pooled output."""
+    config = model.config
     rollout = attention_rollout(model.attention_probabilities(images))
-    return _unit(upsample(class_token_map(rollout[:, 0], config.grid_size), config.image_size))
+    rows = _readout_rows(rollout, config.num_prefix_tokens)
+    return _unit(upsample(class_token_map(rows, config.grid_size, config.num_prefix_tokens), config.image_size))
 
 
 def class_token_attention(model, images):
-    """Raw attention of the class token to every patch: `(layers, batch, heads, rows, cols)`."""
-    config = _token_config(model)
+    """Raw attention of the class token to every patch (for `classifier="gap"`, the mean of the
+    patch tokens' attention): `(layers, batch, heads, rows, cols)`."""
+    config = model.config
     probs = np.stack(model.attention_probabilities(images))
-    return class_token_map(probs[:, :, :, 0], config.grid_size)
+    return class_token_map(_readout_rows(probs, config.num_prefix_tokens), config.grid_size, config.num_prefix_tokens)
+
+
+def _readout_rows(matrix, num_prefix_tokens):
+    """The rows `(..., tokens)` of `(..., tokens, tokens)` that the head reads: the class
+    token's, or the mean over all tokens when the model pools them."""
+    matrix = np.asarray(matrix)
+    return matrix[..., 0, :] if num_prefix_tokens else matrix.mean(axis=-2)
 
 
 def mean_attention_distance(attentions, grid_size, patch_size, num_prefix_tokens=1):
@@ -105,13 +116,6 @@ def patch_embedding_components(model, count=28):
     count = min(count, components.shape[0])
     explained = singular**2 / np.sum(singular**2)
     return components[:count].reshape((count,) + kernel.shape[:3]), explained[:count]
-
-
-def _token_config(model):
-    config = model.config
-    if config.num_prefix_tokens != 1:
-        raise ValueError("class-token maps need a model with classifier='token'; this one uses 'gap'.")
-    return config
 
 
 def _unit(maps):

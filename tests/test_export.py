@@ -28,8 +28,8 @@ def run_dir(tmp_path_factory):
     # int8 (bar 1). The exporter is what is tested here, so its input stays fixed.
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(recipes, "FusedAdamW", keras.optimizers.AdamW)
-        fit(TrainConfig(dataset="digits", run_dir=str(run_dir), epochs=20, learning_rate=2e-3,
-                        model=dict(patch_size=4), jit_compile=True), verbose=0)  # fmt: skip
+        fit(TrainConfig(dataset="digits", run_dir=str(run_dir), epochs=20, learning_rate=2e-3, augment="translate",
+                        model=dict(patch_size=4, classifier="token"), jit_compile=True), verbose=0)  # fmt: skip
     return run_dir
 
 

@@ -4,7 +4,7 @@ import pytest
 from PIL import Image
 
 import keras_vit
-from conftest import perturb, sample_photos, tiny_config
+from conftest import images, perturb, sample_photos, tiny_config
 from keras_vit import inspect, plot
 
 
@@ -232,3 +232,17 @@ def test_saliency_rejects_unknown_method():
 
     with pytest.raises(ValueError, match="unknown saliency method 'lime'; choose from saliency, smoothgrad"):
         saliency_maps(None, np.zeros((1, 32, 32, 3)), "lime")
+
+
+def test_mean_pooled_models_read_out_the_mean_of_the_token_rows():
+    """A `classifier="gap"` model has no class token: its maps are those of the pooled output,
+    the mean over all token rows of the rollout and of each attention."""
+    model = perturb(keras_vit.ViT(tiny_config(classifier="gap")))
+    x = images(2)
+    probs = model.attention_probabilities(x)
+    expected = inspect.attention_rollout(probs).mean(axis=1).reshape(2, 4, 4)
+    maps = inspect.rollout_maps(model, x)
+    np.testing.assert_allclose(maps, inspect._unit(inspect.upsample(expected, (32, 32))), atol=1e-6)
+    attention = inspect.class_token_attention(model, x)
+    assert attention.shape == (2, 2, 4, 4, 4)
+    np.testing.assert_allclose(attention, np.stack(probs).mean(axis=3).reshape(2, 2, 4, 4, 4), atol=1e-6)

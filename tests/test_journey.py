@@ -18,9 +18,9 @@ BIN = Path(sys.executable).parent
 KERAS_VIT = str(BIN / "keras-vit")
 VISUALIZE_METHODS = ("rollout", "attention", "saliency", "smoothgrad", "gradcam++", "scorecam")
 LITERT_MODES = ("float32", "float16", "dynamic", "int8", "int8-mixed", "int16x8")
-# A digits model trained with every option defaulted; several images of margin below what it
-# reaches on seed 0 (README), so float rounding on another CPU cannot fail it.
-DEFAULT_TOP1_BAR = 0.975
+# A digits model trained with every option defaulted reached 98.33% on seed 0 (6 of 359 wrong,
+# README); the bar leaves 6 images of margin for float rounding on another CPU.
+DEFAULT_TOP1_BAR = 0.965
 
 
 def run(*command, backend="tensorflow", expect=0, timeout=600, cwd=None):

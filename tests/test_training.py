@@ -60,11 +60,12 @@ def test_affine_augmentation_rotates_zooms_and_shifts_about_the_centre():
     image[1:7, 3:5] = 255  # a vertical bar
     resized = tf.image.resize(tf.cast(image, tf.float32), (16, 16)).numpy()
     seed = tf.constant([4, 2])
-    still = pipeline.affine(image, (16, 16), seed, rotation=0.0, scale=0.0, shift=0.0).numpy()
+    still = pipeline.affine(image, (16, 16), seed, rotation=0.0, scale=0.0, shear=0.0, shift=0.0).numpy()
     np.testing.assert_allclose(still, resized, atol=1e-4)  # no motion: the resized image itself
     # scaled so that this seed's angle is a quarter turn: the bar lies on its side, same pixels
     draw = float(tf.random.stateless_uniform([4], seed, -1.0, 1.0)[0])
-    turned = pipeline.affine(image, (16, 16), seed, rotation=np.pi / 2 / abs(draw), scale=0.0, shift=0.0).numpy()
+    turned = pipeline.affine(image, (16, 16), seed, rotation=np.pi / 2 / abs(draw), scale=0.0, shear=0.0,
+                              shift=0.0).numpy()  # fmt: skip
     errors = [np.abs(turned - np.rot90(resized, k, axes=(0, 1))).max() for k in (1, -1)]
     assert min(errors) < 1e-3, errors
     # the same seed gives the same image; the default draws move it

@@ -72,20 +72,23 @@ def translate(image, size, seed):
     return tf.image.stateless_random_crop(image, [size[0], size[1], 3], seed)
 
 
-def affine(image, size, seed, rotation=0.2, scale=0.1, shift=0.125):
-    """Resize to `size`, then a random rotation (up to `rotation` radians), zoom (1 +- `scale`)
-    and shift (up to `shift` of each side) about the centre; uncovered pixels are zero."""
+def affine(image, size, seed, rotation=0.2, scale=0.1, shear=0.15, shift=0.125):
+    """Resize to `size`, then a random rotation (up to `rotation` radians), zoom (1 +- `scale`),
+    horizontal shear (up to `shear`) and shift (up to `shift` of each side) about the centre;
+    uncovered pixels are zero."""
     image = tf.image.resize(tf.cast(image, tf.float32), size, method="bilinear")
-    u = tf.random.stateless_uniform([4], seed, -1.0, 1.0)
-    angle, zoom = rotation * u[0], 1.0 + scale * u[1]
+    u = tf.random.stateless_uniform([5], seed, -1.0, 1.0)
+    angle, zoom, k = rotation * u[0], 1.0 + scale * u[1], shear * u[4]
     ty, tx = shift * size[0] * u[2], shift * size[1] * u[3]
     cy, cx = (size[0] - 1) / 2, (size[1] - 1) / 2
-    # The op maps each output pixel (x, y) to the input pixel it reads: the inverse of
-    # "zoom and rotate about the centre, then shift".
-    a0, a1 = tf.cos(angle) / zoom, tf.sin(angle) / zoom
-    b0, b1 = -tf.sin(angle) / zoom, tf.cos(angle) / zoom
-    transform = tf.stack([a0, a1, cx - a0 * (cx + tx) - a1 * (cy + ty),
-                          b0, b1, cy - b0 * (cx + tx) - b1 * (cy + ty), 0.0, 0.0])  # fmt: skip
+    # The image moves by out = zoom * R(angle) @ S(k) @ (in - c) + c + t, S(k) = [[1, k], [0, 1]]
+    # in (x, y); the op wants the inverse, the input pixel each output pixel reads:
+    # in = S(-k) @ R(-angle) @ (out - c - t) / zoom + c.
+    cos, sin = tf.cos(angle) / zoom, tf.sin(angle) / zoom
+    a0, a1 = cos + k * sin, sin - k * cos
+    b0, b1 = -sin, cos
+    ox, oy = cx + tx, cy + ty
+    transform = tf.stack([a0, a1, cx - a0 * ox - a1 * oy, b0, b1, cy - b0 * ox - b1 * oy, 0.0, 0.0])
     return tf.raw_ops.ImageProjectiveTransformV3(
         images=image[None], transforms=transform[None], output_shape=tf.constant(size, tf.int32), fill_value=0.0,
         interpolation="BILINEAR", fill_mode="CONSTANT")[0]  # fmt: skip
