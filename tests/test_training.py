@@ -194,7 +194,7 @@ def test_empty_folder_and_foreign_run_dir(tmp_path, capsys):
     (tmp_path / "run" / "config.yaml").write_text("dataset: something else\n")
     assert main(["train", "--epochs", "1", "--run-dir", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err
-    assert "holds a run with a different config (augment: None there, 'translate' now, " in err
+    assert "holds a run with a different config (augment: None there, 'affine' now, " in err
     assert re.search(r"crop_scale: None there, \[0.08, 1.0\] now and \d+ more\); pass --overwrite", err)
 
 
@@ -437,7 +437,7 @@ def test_resumed_run_keeps_the_best_epoch_of_before_the_interruption(tmp_path):
 
 def test_dataset_defaults_fill_only_unset_options():
     digits = TrainConfig().resolved()
-    assert (digits.flip, digits.augment, digits.label_smoothing, digits.epochs) == (False, "translate", 0.1, 40)
+    assert (digits.flip, digits.augment, digits.label_smoothing, digits.epochs) == (False, "affine", 0.1, 70)
     mine = TrainConfig(flip=True, augment="inception", label_smoothing=0.0, epochs=3).resolved()
     assert (mine.flip, mine.augment, mine.label_smoothing, mine.epochs) == (True, "inception", 0.0, 3)
     other = TrainConfig(dataset="tfds:cifar10").resolved()
