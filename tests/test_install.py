@@ -36,7 +36,7 @@ def installed(tmp_path_factory):
     python = home / "venv" / "bin" / "python"
     run(python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "-c", ROOT / "requirements" / "constraints.txt",
         f"{wheel}[{EXTRAS}]")  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "PYTHONPATH", "VIRTUAL_ENV")}
+    env = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "TF_USE_LEGACY_KERAS", "PYTHONPATH", "VIRTUAL_ENV")}
     env["KERAS_BACKEND"] = "tensorflow"
     return home, home / "venv" / "bin", env
 

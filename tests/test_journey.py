@@ -26,7 +26,9 @@ DEFAULT_TOP1_BAR = 0.965
 def run(*command, backend="tensorflow", expect=0, timeout=600, cwd=None):
     """Runs a command as a user would (a fresh process, TensorFlow's log level left to the
     command); on an unexpected exit status, fails with the command and its last lines."""
-    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    # A user's shell: no log level of the test run, and no TF_USE_LEGACY_KERAS, which importing
+    # tensorflow_model_optimization (the export tests, maybe in this worker) sets for the process.
+    env = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "TF_USE_LEGACY_KERAS")}
     env["KERAS_BACKEND"] = backend
     result = subprocess.run([str(c) for c in command], capture_output=True, text=True, env=env, timeout=timeout,
                             cwd=cwd)  # fmt: skip
