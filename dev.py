@@ -2,7 +2,8 @@
 """Developer entry point: creates .venv if needed, installs the pinned environment, runs a job.
 
     python3 dev.py demo    # set up, then the main job: train on digits, export SavedModel + int8 LiteRT
-    python3 dev.py test    # set up, then the whole test suite under TensorFlow, JAX and PyTorch
+    python3 dev.py test    # set up, then ruff (lint + format check) and the test suite under TensorFlow, JAX, PyTorch
+    python3 dev.py lint    # set up, then only ruff check and ruff format --check
     python3 dev.py setup   # only set up
 Extra arguments after `test` go to pytest (e.g. `python3 dev.py test -m slow`).
 """
@@ -29,7 +30,7 @@ def run(*cmd, env=None):
 def setup():
     """Creates the virtual environment and installs the project with pinned dependencies,
     skipped when nothing that decides the environment has changed."""
-    if sys.version_info < (3, 11):
+    if sys.version_info < (3, 11):  # noqa: UP036 (dev.py runs under any python3)
         sys.exit(f"dev.py: Python 3.11+ is needed; this is {sys.version.split()[0]}.")
     digest = hashlib.sha256(b"".join((ROOT / f).read_bytes() for f in INPUTS)).hexdigest()
     stamp = VENV / ".keras-vit-installed"
@@ -50,29 +51,50 @@ def backend_env(backend):
     return {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "2"}
 
 
+def lint():
+    """ruff's lint rules and formatting (pyproject.toml), checked, not applied."""
+    return run(BIN / "ruff", "check", ".") | run(BIN / "ruff", "format", "--check", ".")
+
+
 def test(pytest_args):
-    """The whole suite under TensorFlow, then the backend-agnostic tests under JAX and PyTorch."""
+    """ruff, then the whole suite under TensorFlow, then the backend-agnostic tests under JAX and
+    PyTorch (all of them, whatever ruff says)."""
     base = [PYTHON, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-p", "no:cacheprovider"]
     marks = pytest_args if any(a.startswith("-m") for a in pytest_args) else ["-m", "not slow", *pytest_args]
-    status = run(*base, *marks, env=backend_env("tensorflow"))
+    status = lint()
+    status |= run(*base, *marks, env=backend_env("tensorflow"))
     for backend in ("jax", "torch"):
         status |= run(*base, *marks, env=backend_env(backend))
     return status
 
 
 def main(argv):
-    if not argv or argv[0] not in ("setup", "demo", "test"):
+    if not argv or argv[0] not in ("setup", "demo", "test", "lint"):
         print(__doc__)
         return 2
     setup()
     if argv[0] == "demo":
         env = backend_env("tensorflow")
-        return run(BIN / "keras-vit", "train", "--dataset", "digits", "--run-dir", "runs/digits", *argv[1:], env=env) or run(
-            BIN / "keras-vit", "export", "runs/digits", "--saved-model", "runs/digits/export/serving",
-            "--tflite", "runs/digits/export/tflite", "--quantize", "float32", "int8", "--overwrite", env=env,
+        return run(
+            BIN / "keras-vit", "train", "--dataset", "digits", "--run-dir", "runs/digits", *argv[1:], env=env
+        ) or run(
+            BIN / "keras-vit",
+            "export",
+            "runs/digits",
+            "--saved-model",
+            "runs/digits/export/serving",
+            "--tflite",
+            "runs/digits/export/tflite",
+            "--quantize",
+            "float32",
+            "int8",
+            "--overwrite",
+            env=env,
         )
     if argv[0] == "test":
         return test(argv[1:])
+    if argv[0] == "lint":
+        return lint()
     return 0
 
 

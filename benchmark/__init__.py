@@ -5,8 +5,8 @@ process (inference, training, LiteRT latency, input pipeline), as ratios and tar
 """
 
 from keras_vit.benchmark.accelerator import share_gpu
-from keras_vit.benchmark.runner import COMPETITORS, run_suite
 from keras_vit.benchmark.report import markdown
+from keras_vit.benchmark.runner import COMPETITORS, run_suite
 from keras_vit.benchmark.suite import KINDS, SUITES
 from keras_vit.benchmark.timing import pin_threads
 

@@ -14,7 +14,7 @@ def share_gpu():
 
 
 def torch_device():
-    """"cuda" when torch sees a GPU, else "cpu". On a GPU, torch's float32 matmuls may then use
+    """ "cuda" when torch sees a GPU, else "cpu". On a GPU, torch's float32 matmuls may then use
     TF32, as JAX's and TensorFlow's do by default, so float32 rows compare like with like."""
     import torch
 

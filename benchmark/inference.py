@@ -119,8 +119,13 @@ def run_case(case, against, repeats, log, peak_probe=None):
                 elif ours:
                     model.set_weights(source.get_weights())
                 step, predict = keras_forward(model, compiler, on_device)
-                row = dict(case=case["name"], implementation=implementation, mode=dtype, compiler=compiler,
-                           first_call_s=seconds(step)[0])  # fmt: skip
+                row = dict(
+                    case=case["name"],
+                    implementation=implementation,
+                    mode=dtype,
+                    compiler=compiler,
+                    first_call_s=seconds(step)[0],
+                )
                 if ours and dtype == "float32" and reference is None:
                     reference = predict(pool, batch)
                 elif ours and dtype != "float32" and reference is not None:

@@ -22,12 +22,21 @@ def run_case(case, against, repeats, log, threads=2):
     module = litert.keras_module(model)
     rows, runners = [], []
     for mode in case["modes"]:
-        model_bytes = litert.convert(module, mode, calibration_images=calibration if mode in litert.CALIBRATED else None)
+        model_bytes = litert.convert(
+            module, mode, calibration_images=calibration if mode in litert.CALIBRATED else None
+        )
         litert.check_ops(model_bytes, mode)
         runners.append(litert.LiteRTModel(model_bytes, num_threads=threads))
         left = runners[-1].undelegated_ops()
-        rows.append(dict(case=case["name"], implementation="keras_vit", mode=mode, size_kb=len(model_bytes) / 1024,
-                         undelegated_ops=", ".join(f"{k} x{n}" for k, n in left.items())))  # fmt: skip
+        rows.append(
+            dict(
+                case=case["name"],
+                implementation="keras_vit",
+                mode=mode,
+                size_kb=len(model_bytes) / 1024,
+                undelegated_ops=", ".join(f"{k} x{n}" for k, n in left.items()),
+            )
+        )
     measures = [functools.partial(runner.latency_ms, calibration[0], repeats=4, warmup=1) for runner in runners]
     for row, latencies in zip(rows, interleaved_rounds(measures, 2 * max(repeats, 5))):
         latency, spread = median_and_spread(latencies)

@@ -35,10 +35,22 @@ double fma_flops(long iterations, int threads) {
 }
 """
 _ISAS = {
-    "avx512f": dict(VEC="__m512", SET1="_mm512_set1_ps", FMA="_mm512_fmadd_ps", STORE="_mm512_storeu_ps", LANES=16,
-                    flags=["-mavx512f"]),  # fmt: skip
-    "avx2": dict(VEC="__m256", SET1="_mm256_set1_ps", FMA="_mm256_fmadd_ps", STORE="_mm256_storeu_ps", LANES=8,
-                 flags=["-mavx2", "-mfma"]),  # fmt: skip
+    "avx512f": dict(
+        VEC="__m512",
+        SET1="_mm512_set1_ps",
+        FMA="_mm512_fmadd_ps",
+        STORE="_mm512_storeu_ps",
+        LANES=16,
+        flags=["-mavx512f"],
+    ),
+    "avx2": dict(
+        VEC="__m256",
+        SET1="_mm256_set1_ps",
+        FMA="_mm256_fmadd_ps",
+        STORE="_mm256_storeu_ps",
+        LANES=8,
+        flags=["-mavx2", "-mfma"],
+    ),
 }
 
 
@@ -55,7 +67,18 @@ def fma_probe(threads, seconds=0.5):
         source, library = Path(folder, "fma.c"), Path(folder, "fma.so")
         defines = "".join(f"#define {k} {v}\n" for k, v in spec.items() if k != "flags")
         source.write_text(defines + _FMA_SOURCE)
-        build = [compiler, "-O3", "-funroll-loops", "-shared", "-fPIC", "-fopenmp", *spec["flags"], str(source), "-o", str(library)]
+        build = [
+            compiler,
+            "-O3",
+            "-funroll-loops",
+            "-shared",
+            "-fPIC",
+            "-fopenmp",
+            *spec["flags"],
+            str(source),
+            "-o",
+            str(library),
+        ]
         if subprocess.run(build, capture_output=True).returncode:
             return None
         kernel = ctypes.CDLL(str(library)).fma_flops  # stays loaded after the folder goes
@@ -63,7 +86,7 @@ def fma_probe(threads, seconds=0.5):
     flops_per_iteration = 12 * spec["LANES"] * 2 * threads
     iterations = 1_000_000
     while True:  # grow until one call lasts `seconds`
-        elapsed, _ = timing.seconds(lambda: kernel(iterations, threads))
+        elapsed, _ = timing.seconds(lambda n=iterations: kernel(n, threads))
         if elapsed >= seconds:
             break
         iterations = int(iterations * min(10.0, 1.2 * seconds / max(elapsed, 1e-6)))

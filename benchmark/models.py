@@ -40,10 +40,15 @@ def build_keras_hub(config, dtype="float32"):
     except ImportError:
         raise ValueError("--against keras-hub needs keras-hub: pip install --no-deps keras-hub==0.32.0") from None
     backbone = keras_hub.models.ViTBackbone(
-        image_shape=tuple(config.image_size) + (config.channels,), patch_size=tuple(config.patch_size),
-        num_layers=config.num_layers, num_heads=config.num_heads, hidden_dim=config.hidden_size,
-        mlp_dim=config.mlp_dim, layer_norm_epsilon=config.layer_norm_epsilon, dtype=dtype,
-    )  # fmt: skip
+        image_shape=tuple(config.image_size) + (config.channels,),
+        patch_size=tuple(config.patch_size),
+        num_layers=config.num_layers,
+        num_heads=config.num_heads,
+        hidden_dim=config.hidden_size,
+        mlp_dim=config.mlp_dim,
+        layer_norm_epsilon=config.layer_norm_epsilon,
+        dtype=dtype,
+    )
     return keras_hub.models.ViTImageClassifier(backbone, num_classes=config.num_classes, dtype=dtype)
 
 
@@ -56,7 +61,12 @@ def build_timm(config):
     except RuntimeError as error:  # e.g. a CUDA torchvision wheel next to a CPU torch
         raise ValueError(f"timm failed to import ({error}): install the torchvision built for your torch") from None
     return VisionTransformer(
-        img_size=tuple(config.image_size), patch_size=tuple(config.patch_size), in_chans=config.channels,
-        num_classes=config.num_classes, embed_dim=config.hidden_size, depth=config.num_layers,
-        num_heads=config.num_heads, mlp_ratio=config.mlp_dim / config.hidden_size,
-    )  # fmt: skip
+        img_size=tuple(config.image_size),
+        patch_size=tuple(config.patch_size),
+        in_chans=config.channels,
+        num_classes=config.num_classes,
+        embed_dim=config.hidden_size,
+        depth=config.num_layers,
+        num_heads=config.num_heads,
+        mlp_ratio=config.mlp_dim / config.hidden_size,
+    )

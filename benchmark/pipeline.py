@@ -17,9 +17,14 @@ def write_jpeg_folder(folder, count, size=(375, 500), classes=4, seed=0):
     rng = np.random.default_rng(seed)
     rows, cols = np.mgrid[0 : size[0], 0 : size[1]]
     for i in range(count):
-        base = np.stack([np.sin(rows / rng.uniform(20, 80) + rng.uniform(0, 6)) * 80 + 128,
-                         np.cos(cols / rng.uniform(20, 80)) * 80 + 128,
-                         (rows + cols) / (size[0] + size[1]) * 255], axis=-1)  # fmt: skip
+        base = np.stack(
+            [
+                np.sin(rows / rng.uniform(20, 80) + rng.uniform(0, 6)) * 80 + 128,
+                np.cos(cols / rng.uniform(20, 80)) * 80 + 128,
+                (rows + cols) / (size[0] + size[1]) * 255,
+            ],
+            axis=-1,
+        )
         image = np.clip(base + rng.normal(0, 12, base.shape), 0, 255).astype("uint8")
         target = Path(folder, f"class_{i % classes}")
         target.mkdir(parents=True, exist_ok=True)

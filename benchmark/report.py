@@ -5,18 +5,35 @@ from keras_vit.benchmark.suite import BOTH, mode_label
 # the FP32 FMA peak probed in a case's rounds, and a row's share of it (CPU runs)
 _PEAK = (("FMA peak GFLOP/s", "fp32_peak_gflops", "{:.0f}"), ("share of peak", "peak_share", "{:.3f}"))
 _COLUMNS = {
-    "inference": (("images/s", "images_per_s", "{:.2f}"), ("spread", "spread", "{:.0%}"),
-                  ("GFLOP/s", "gflops_per_s", "{:.0f}"), *_PEAK, ("first call s", "first_call_s", "{:.1f}"),
-                  ("top-1 agreement", "agreement_with_float32", "{:.3f}"), ("of images", "agreement_images", "{:d}"),
-                  ("max logit error", "max_logit_error", "{:.3f}"), ("top-2 gap < 2x error", "near_ties", "{:.3f}"),
-                  ("MFU", "mfu", "{:.1%}")),
-    "training": (("images/s", "images_per_s", "{:.2f}"), ("spread", "spread", "{:.0%}"),
-                 ("GFLOP/s", "gflops_per_s", "{:.0f}"), *_PEAK, ("first step s", "first_step_s", "{:.1f}"),
-                 ("MFU", "mfu", "{:.1%}"), ("optimizer", "optimizer", "{}")),
-    "litert": (("latency ms", "latency_ms", "{:.1f}"), ("spread", "spread", "{:.0%}"),
-               ("size kB", "size_kb", "{:.0f}"), ("ops not on XNNPACK", "undelegated_ops", "{}")),
+    "inference": (
+        ("images/s", "images_per_s", "{:.2f}"),
+        ("spread", "spread", "{:.0%}"),
+        ("GFLOP/s", "gflops_per_s", "{:.0f}"),
+        *_PEAK,
+        ("first call s", "first_call_s", "{:.1f}"),
+        ("top-1 agreement", "agreement_with_float32", "{:.3f}"),
+        ("of images", "agreement_images", "{:d}"),
+        ("max logit error", "max_logit_error", "{:.3f}"),
+        ("top-2 gap < 2x error", "near_ties", "{:.3f}"),
+        ("MFU", "mfu", "{:.1%}"),
+    ),
+    "training": (
+        ("images/s", "images_per_s", "{:.2f}"),
+        ("spread", "spread", "{:.0%}"),
+        ("GFLOP/s", "gflops_per_s", "{:.0f}"),
+        *_PEAK,
+        ("first step s", "first_step_s", "{:.1f}"),
+        ("MFU", "mfu", "{:.1%}"),
+        ("optimizer", "optimizer", "{}"),
+    ),
+    "litert": (
+        ("latency ms", "latency_ms", "{:.1f}"),
+        ("spread", "spread", "{:.0%}"),
+        ("size kB", "size_kb", "{:.0f}"),
+        ("ops not on XNNPACK", "undelegated_ops", "{}"),
+    ),
     "pipeline": (("images/s", "images_per_s", "{:.0f}"), ("spread", "spread", "{:.0%}")),
-}  # fmt: skip
+}
 
 
 def markdown(result):
@@ -41,12 +58,19 @@ def markdown(result):
         lines += ["", note]
     gpu = info.get("accelerator")
     if gpu:
-        lines[2] += (f" GPU: {gpu['name']}, measured bf16 matmul {gpu['bf16_matmul_tflops']:.0f} TFLOP/s "
-                     "(MFU: model FLOP/s over it).")  # fmt: skip
+        lines[2] += (
+            f" GPU: {gpu['name']}, measured bf16 matmul {gpu['bf16_matmul_tflops']:.0f} TFLOP/s "
+            "(MFU: model FLOP/s over it)."
+        )
     for kind, rows in result["results"].items():
         columns = [c for c in _COLUMNS[kind] if any(row.get(c[1]) is not None for row in rows)]
-        lines += ["", f"### {kind}", "", "| case | implementation | mode | " + " | ".join(c[0] for c in columns) + " |",
-                  "|---|---|---|" + "".join("---|" if c[2] == "{}" else "---:|" for c in columns)]  # fmt: skip
+        lines += [
+            "",
+            f"### {kind}",
+            "",
+            "| case | implementation | mode | " + " | ".join(c[0] for c in columns) + " |",
+            "|---|---|---|" + "".join("---|" if c[2] == "{}" else "---:|" for c in columns),
+        ]
         for row in rows:
             cells = [fmt.format(row[key]) if row.get(key) is not None else "" for _, key, fmt in columns]
             mode = mode_label(row)

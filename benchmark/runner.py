@@ -11,8 +11,17 @@ COMPETITORS = ("keras-hub", "timm")
 PACKAGES = ("keras", "tensorflow-cpu", "tensorflow", "jax", "keras-hub", "torch", "timm", "ai-edge-litert")
 
 
-def run_suite(name="quick", against=COMPETITORS, kinds=suite.KINDS, repeats=5, threads=2, out=None, log=print,
-              cases=None, precisions=suite.BOTH):  # fmt: skip
+def run_suite(
+    name="quick",
+    against=COMPETITORS,
+    kinds=suite.KINDS,
+    repeats=5,
+    threads=2,
+    out=None,
+    log=print,
+    cases=None,
+    precisions=suite.BOTH,
+):
     """Runs suite `name` ("quick", "full" or "gpu") on the current Keras backend; returns the result
     dict (and writes it as JSON to `out`). `cases`: strings, of which a case's name must contain one
     (None: every case); `precisions`: the subset of float32 and mixed_bfloat16 to run (timm's
@@ -34,9 +43,18 @@ def run_suite(name="quick", against=COMPETITORS, kinds=suite.KINDS, repeats=5, t
     selected = suite.select(name, kinds, cases, precisions)  # a ValueError where the filters leave nothing
     probe = machine.fma_probe(threads)  # compiled once: the machine record's peak, then the rounds'
     info = machine.describe(threads, backend, probe)
-    result = dict(suite=name, backend=backend, date=datetime.date.today().isoformat(), machine=info,
-                  versions=machine.versions(*PACKAGES), repeats=repeats, results={}, notes=[],
-                  cases=None if cases is None else list(cases), precisions=list(precisions))  # fmt: skip
+    result = dict(
+        suite=name,
+        backend=backend,
+        date=datetime.date.today().isoformat(),
+        machine=info,
+        versions=machine.versions(*PACKAGES),
+        repeats=repeats,
+        results={},
+        notes=[],
+        cases=None if cases is None else list(cases),
+        precisions=list(precisions),
+    )
     bf16_timm = "timm" in against and "mixed_bfloat16" in precisions
     timm_modes = _timm_modes(result["notes"], log) if bf16_timm else lambda mode: True
     # on the CPU, throughput rows are set against an FMA peak probed in the same rounds
@@ -68,7 +86,9 @@ def _timm_modes(notes, log):
     rates = machine.torch_cpu_matmul_gflops()
     if not rates or rates["bfloat16"] >= rates["float32"] / 4:
         return lambda mode: True
-    notes.append(f"timm's bfloat16 modes left out: torch's bfloat16 matmul ran at {rates['bfloat16']:.1f} GFLOP/s "
-                 f"on this CPU against {rates['float32']:.0f} GFLOP/s in float32 (no bfloat16 instructions).")  # fmt: skip
+    notes.append(
+        f"timm's bfloat16 modes left out: torch's bfloat16 matmul ran at {rates['bfloat16']:.1f} GFLOP/s "
+        f"on this CPU against {rates['float32']:.0f} GFLOP/s in float32 (no bfloat16 instructions)."
+    )
     log(notes[-1])
     return lambda mode: not mode.endswith("_bf16")

@@ -1,7 +1,6 @@
 """The benchmark suites (cases per kind) and the targets checked on their results."""
 
-CIFAR_MODEL = dict(image_size=32, patch_size=4, hidden_size=192, num_layers=6, num_heads=3, mlp_dim=768,
-                   num_classes=10)  # fmt: skip
+CIFAR_MODEL = dict(image_size=32, patch_size=4, hidden_size=192, num_layers=6, num_heads=3, mlp_dim=768, num_classes=10)
 BOTH = ("float32", "mixed_bfloat16")
 TIMM_MODES = ("eager", "compile", "eager_bf16", "compile_bf16")
 COMPILERS = ("xla", "graph")  # Keras: jit_compile=True (XLA) or False (TensorFlow graph, oneDNN kernels)
@@ -12,29 +11,80 @@ SUITES = {
     # Minutes: small models, every kind of measurement once.
     "quick": {
         "inference": [dict(name="Ti/16 inference b8", model="vit_ti16", batch=8, dtypes=BOTH, timm_modes=("eager",))],
-        "training": [dict(name="CIFAR-size training b128", model=CIFAR_MODEL, batch=128, steps_per_repeat=2,
-                          dtypes=("float32",), timm_modes=("eager",))],
+        "training": [
+            dict(
+                name="CIFAR-size training b128",
+                model=CIFAR_MODEL,
+                batch=128,
+                steps_per_repeat=2,
+                dtypes=("float32",),
+                timm_modes=("eager",),
+            )
+        ],
         "litert": [dict(name="CIFAR-size LiteRT b1", model=CIFAR_MODEL, modes=LITERT_MODES)],
-        "pipeline": [dict(name="pipeline 32x32 b128", image_size=(32, 32), batch=128, files=64,
-                          batches_per_repeat=2, trains="CIFAR-size training b128")],
+        "pipeline": [
+            dict(
+                name="pipeline 32x32 b128",
+                image_size=(32, 32),
+                batch=128,
+                files=64,
+                batches_per_repeat=2,
+                trains="CIFAR-size training b128",
+            )
+        ],
     },
     # The issue's figures: about half an hour on 2 cores.
     "full": {
-        "inference": [dict(name=f"{n} inference b32", model=p, batch=32, dtypes=BOTH,
-                           compilers=INFERENCE_COMPILERS, timm_modes=TIMM_MODES, agreement_images=256)
-                      for n, p in (("S/16", "vit_s16"), ("B/16", "vit_b16"))],
+        "inference": [
+            dict(
+                name=f"{n} inference b32",
+                model=p,
+                batch=32,
+                dtypes=BOTH,
+                compilers=INFERENCE_COMPILERS,
+                timm_modes=TIMM_MODES,
+                agreement_images=256,
+            )
+            for n, p in (("S/16", "vit_s16"), ("B/16", "vit_b16"))
+        ],
         "training": [
-            dict(name="Ti/16 training b32", model="vit_ti16", batch=32, steps_per_repeat=2, dtypes=BOTH,
-                 compilers=COMPILERS, timm_modes=TIMM_MODES),
-            dict(name="CIFAR-size training b128", model=CIFAR_MODEL, batch=128, steps_per_repeat=4, dtypes=BOTH,
-                 compilers=COMPILERS, timm_modes=TIMM_MODES),
+            dict(
+                name="Ti/16 training b32",
+                model="vit_ti16",
+                batch=32,
+                steps_per_repeat=2,
+                dtypes=BOTH,
+                compilers=COMPILERS,
+                timm_modes=TIMM_MODES,
+            ),
+            dict(
+                name="CIFAR-size training b128",
+                model=CIFAR_MODEL,
+                batch=128,
+                steps_per_repeat=4,
+                dtypes=BOTH,
+                compilers=COMPILERS,
+                timm_modes=TIMM_MODES,
+            ),
         ],
         "litert": [dict(name="S/16 LiteRT b1", model="vit_s16", modes=LITERT_MODES)],
         "pipeline": [
-            dict(name="pipeline 224 b32", image_size=(224, 224), batch=32, files=256, batches_per_repeat=4,
-                 trains="Ti/16 training b32"),
-            dict(name="pipeline 32x32 b128", image_size=(32, 32), batch=128, files=256, batches_per_repeat=2,
-                 trains="CIFAR-size training b128"),
+            dict(
+                name="pipeline 224 b32",
+                image_size=(224, 224),
+                batch=32,
+                files=256,
+                batches_per_repeat=4,
+                trains="Ti/16 training b32",
+            ),
+            dict(
+                name="pipeline 32x32 b128",
+                image_size=(32, 32),
+                batch=128,
+                files=256,
+                batches_per_repeat=2,
+                trains="CIFAR-size training b128",
+            ),
         ],
     },
     # A GPU, under KERAS_BACKEND=jax with timm on CUDA (no TensorFlow there, so no keras-hub-on-TF,
@@ -42,11 +92,28 @@ SUITES = {
     # in bfloat16 against timm with bf16 autocast, eager and torch.compile. Keras models infer
     # through `predict_on_batch` ("xla") and through a jitted `stateless_call` ("stateless").
     "gpu": {
-        "inference": [dict(name=f"{n} inference b256", model=p, batch=256, dtypes=BOTH, compilers=("xla", "stateless"),
-                           timm_modes=TIMM_MODES, agreement_images=1024)
-                      for n, p in (("S/16", "vit_s16"), ("B/16", "vit_b16"))],
-        "training": [dict(name="B/16 training b256", model="vit_b16", batch=256, steps_per_repeat=10,
-                          dtypes=("mixed_bfloat16",), timm_modes=("eager_bf16", "compile_bf16"))],
+        "inference": [
+            dict(
+                name=f"{n} inference b256",
+                model=p,
+                batch=256,
+                dtypes=BOTH,
+                compilers=("xla", "stateless"),
+                timm_modes=TIMM_MODES,
+                agreement_images=1024,
+            )
+            for n, p in (("S/16", "vit_s16"), ("B/16", "vit_b16"))
+        ],
+        "training": [
+            dict(
+                name="B/16 training b256",
+                model="vit_b16",
+                batch=256,
+                steps_per_repeat=10,
+                dtypes=("mixed_bfloat16",),
+                timm_modes=("eager_bf16", "compile_bf16"),
+            )
+        ],
     },
 }
 KINDS = ("inference", "training", "litert", "pipeline")
@@ -96,6 +163,7 @@ def mode_label(row):
 def _rate(rows, case, implementation, mode=None, key="images_per_s"):
     """Best `key` of `implementation` on `case` in `mode` (timm: its float32 modes, not "*_bf16"),
     or in its best mode."""
+
     def matches(r):
         if mode is None:
             return True
@@ -103,8 +171,11 @@ def _rate(rows, case, implementation, mode=None, key="images_per_s"):
             return not r["mode"].endswith("bf16")
         return r["mode"] == mode
 
-    rates = [r[key] for r in rows
-             if r["case"] == case and r["implementation"] == implementation and matches(r) and r.get(key) is not None]
+    rates = [
+        r[key]
+        for r in rows
+        if r["case"] == case and r["implementation"] == implementation and matches(r) and r.get(key) is not None
+    ]
     return max(rates) if rates else None
 
 
@@ -115,8 +186,9 @@ def targets(results, suite, peak_gflops):
 
     def check(name, value, bar, at_least=True):
         if value is not None:
-            checks.append(dict(target=name, value=round(value, 3), bar=bar,
-                               met=bool(value >= bar if at_least else value <= bar)))  # fmt: skip
+            checks.append(
+                dict(target=name, value=round(value, 3), bar=bar, met=bool(value >= bar if at_least else value <= bar))
+            )
 
     def ratio(a, b):
         return a / b if a is not None and b else None
@@ -127,7 +199,11 @@ def targets(results, suite, peak_gflops):
         check(f"{name}: float32 vs keras-hub float32", ratio(ours, _rate(inference, name, "keras-hub", "float32")), 1.1)
         check(f"{name}: float32 vs timm's best float32", ratio(ours, _rate(inference, name, "timm", "float32")), 1.1)
         bf16 = _rate(inference, name, "keras_vit", "mixed_bfloat16")
-        check(f"{name}: mixed_bfloat16 vs keras-hub float32", ratio(bf16, _rate(inference, name, "keras-hub", "float32")), 1.8)
+        check(
+            f"{name}: mixed_bfloat16 vs keras-hub float32",
+            ratio(bf16, _rate(inference, name, "keras-hub", "float32")),
+            1.8,
+        )
         for r in inference:
             if r["case"] == name and "agreement_with_float32" in r:
                 mode = mode_label(r)
@@ -141,8 +217,11 @@ def targets(results, suite, peak_gflops):
         name = case["name"]
         hub = _rate(training, name, "keras-hub", "float32")
         check(f"{name}: float32 vs keras-hub float32", ratio(_rate(training, name, "keras_vit", "float32"), hub), 1.1)
-        check(f"{name}: mixed_bfloat16 vs keras-hub float32",
-              ratio(_rate(training, name, "keras_vit", "mixed_bfloat16"), hub), 1.6)  # fmt: skip
+        check(
+            f"{name}: mixed_bfloat16 vs keras-hub float32",
+            ratio(_rate(training, name, "keras_vit", "mixed_bfloat16"), hub),
+            1.6,
+        )
         if "Ti/16" in name:
             for r in training:
                 if r["case"] == name and r["implementation"] == "keras_vit":
@@ -154,6 +233,12 @@ def targets(results, suite, peak_gflops):
             check(f"LiteRT {label} latency / float32 latency", litert[mode] / litert["float32"], 0.35, at_least=False)
     for case in SUITES[suite].get("pipeline", []):
         pipe = _rate(results.get("pipeline", []), case["name"], "keras_vit")
-        train = [r["images_per_s"] for r in training if r["case"] == case["trains"] and r["implementation"] == "keras_vit"]
-        check(f"{case['name']}: pipeline / fastest keras_vit training rate", ratio(pipe, max(train) if train else None), 3.0)
+        train = [
+            r["images_per_s"] for r in training if r["case"] == case["trains"] and r["implementation"] == "keras_vit"
+        ]
+        check(
+            f"{case['name']}: pipeline / fastest keras_vit training rate",
+            ratio(pipe, max(train) if train else None),
+            3.0,
+        )
     return checks

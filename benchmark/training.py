@@ -32,8 +32,9 @@ def keras_training(model, batch, steps_per_repeat, optimizer, jit_compile=True):
     rng = np.random.default_rng(0)
     x = rng.uniform(0, 255, (batch,) + config_shape).astype("float32")
     y = rng.integers(0, model.outputs[0].shape[-1], batch)
-    model.compile(optimizer=optimizer,
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=jit_compile)  # fmt: skip
+    model.compile(
+        optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=jit_compile
+    )
     model.optimizer.build(model.trainable_variables)  # as the training app does: one trace of the first step
     # One batch repeated: the first step is the trace/compile and one step, without converting
     # a whole epoch of arrays first. tf.data where TensorFlow is installed, else a generator of
@@ -106,8 +107,9 @@ def run_case(case, against, repeats, log, peak_probe=None):
     rows, measures = [], []
 
     def add(implementation, mode, first, measure, compiler=None, optimizer="torch AdamW"):
-        rows.append(dict(case=case["name"], implementation=implementation, mode=mode, first_step_s=first,
-                         optimizer=optimizer))  # fmt: skip
+        rows.append(
+            dict(case=case["name"], implementation=implementation, mode=mode, first_step_s=first, optimizer=optimizer)
+        )
         if compiler is not None:
             rows[-1]["compiler"] = compiler
         measures.append(measure)
@@ -117,8 +119,13 @@ def run_case(case, against, repeats, log, peak_probe=None):
         for dtype in case["dtypes"]:
             for compiler in case.get("compilers", ("xla",)):
                 model, optimizer = build(config, dtype=dtype), adamw(implementation)
-                add(implementation, dtype, *keras_training(model, batch, steps, optimizer, jit_compile=compiler == "xla"),
-                    compiler, type(optimizer).__name__)  # fmt: skip
+                add(
+                    implementation,
+                    dtype,
+                    *keras_training(model, batch, steps, optimizer, jit_compile=compiler == "xla"),
+                    compiler,
+                    type(optimizer).__name__,
+                )
     if "timm" in against:
         for mode in case["timm_modes"]:
             add("timm", mode, *timm_training(models.build_timm(config), config, batch, steps, mode))

@@ -23,8 +23,16 @@ from keras_vit_cli import (
     visualize_command,
 )
 
-COMMANDS = (presets_command, summary_command, convert_command, train_command, export_command, visualize_command,
-            inspect_command, benchmark_command)  # fmt: skip
+COMMANDS = (
+    presets_command,
+    summary_command,
+    convert_command,
+    train_command,
+    export_command,
+    visualize_command,
+    inspect_command,
+    benchmark_command,
+)
 
 
 class CommandError(Exception):
@@ -42,14 +50,21 @@ def build_parser():
         description="Vision Transformer (ViT) toolkit for Keras 3. "
         "Run `keras-vit COMMAND --help` for the options of a command.",
     )
-    parser.add_argument("--verbose", action="store_true",
-                        help="show TensorFlow's start-up and INFO log lines (hidden unless TF_CPP_MIN_LOG_LEVEL is set)")  # fmt: skip
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="show TensorFlow's start-up and INFO log lines (hidden unless TF_CPP_MIN_LOG_LEVEL is set)",
+    )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for command in COMMANDS:
         command.add_parser(subparsers)
     for subparser in subparsers.choices.values():  # also after the command: `keras-vit train --verbose`
-        subparser.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS,
-                               help="show TensorFlow's start-up and INFO log lines")  # fmt: skip
+        subparser.add_argument(
+            "--verbose",
+            action="store_true",
+            default=argparse.SUPPRESS,
+            help="show TensorFlow's start-up and INFO log lines",
+        )
     return parser
 
 

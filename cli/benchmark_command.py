@@ -1,5 +1,6 @@
 """`keras-vit benchmark`: keras_vit against keras-hub and timm, as ratios in one run."""
 
+
 def add_parser(subparsers):
     parser = subparsers.add_parser(
         "benchmark",
@@ -12,20 +13,31 @@ def add_parser(subparsers):
         "every model stays loaded and "
         "is timed in rounds (each once per round), so load on a shared machine falls on all alike, and the case's "
         "rows print when its rounds end. On the CPU an FP32 FMA probe runs in the inference and training rounds too, "
-        "and each of their rows gives its share of the peak probed beside it. The JSON result lists the machine (with its "
-        "measured FP32 FMA peak), versions and the targets met. `quick` takes minutes; `full` (ViT-S/16, B/16, "
-        "Ti/16 and a CIFAR-size model) about half an hour on 2 cores; `gpu` (batch 256, ViT-B/16 training) is for a "
-        "GPU under KERAS_BACKEND=jax and adds model-FLOPs utilisation against the GPU's measured bf16 matmul rate.",
+        "and each of their rows gives its share of the peak probed beside it. The JSON result lists the machine "
+        "(with its measured FP32 FMA peak), versions and the targets met. `quick` takes minutes; `full` "
+        "(ViT-S/16, B/16, Ti/16 and a CIFAR-size model) about half an hour on 2 cores; "
+        "`gpu` (batch 256, ViT-B/16 training) is for a GPU under "
+        "KERAS_BACKEND=jax and adds model-FLOPs utilisation against the GPU's measured bf16 matmul rate.",
     )
     parser.add_argument("--suite", default="quick", help="quick, full or gpu (default: quick)")
-    parser.add_argument("--against", default="keras-hub,timm",
-                        help="comma-separated implementations to compare with: keras-hub, timm, or none")  # fmt: skip
-    parser.add_argument("--kinds", help="comma-separated subset of inference, training, litert, pipeline (default: all)")
-    parser.add_argument("--cases", help="comma-separated parts of case names: run only the cases whose name contains "
-                        "one, e.g. 'B/16 inference' (default: every case of the suite)")  # fmt: skip
-    parser.add_argument("--precisions",
-                        help="comma-separated subset of float32, mixed_bfloat16 for the inference and training cases "
-                        "(timm's bf16 modes count as mixed_bfloat16; default: both)")  # fmt: skip
+    parser.add_argument(
+        "--against",
+        default="keras-hub,timm",
+        help="comma-separated implementations to compare with: keras-hub, timm, or none",
+    )
+    parser.add_argument(
+        "--kinds", help="comma-separated subset of inference, training, litert, pipeline (default: all)"
+    )
+    parser.add_argument(
+        "--cases",
+        help="comma-separated parts of case names: run only the cases whose name contains "
+        "one, e.g. 'B/16 inference' (default: every case of the suite)",
+    )
+    parser.add_argument(
+        "--precisions",
+        help="comma-separated subset of float32, mixed_bfloat16 for the inference and training cases "
+        "(timm's bf16 modes count as mixed_bfloat16; default: both)",
+    )
     parser.add_argument("--repeats", type=int, default=5, help="timed repeats per figure, at least 5 (default 5)")
     parser.add_argument("--threads", type=int, default=2, help="CPU threads every runtime is pinned to (default 2)")
     parser.add_argument("--out", required=True, help="result JSON file (a Markdown table is written next to it)")
@@ -54,8 +66,17 @@ def run(args):
     cases = None if args.cases is None else [c.strip() for c in args.cases.split(",") if c.strip()]
     precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]
     # run_suite checks --against, --repeats, --cases and --precisions (a ValueError: one line, exit 2)
-    result = run_suite(args.suite, against=against, kinds=kinds, repeats=args.repeats, threads=args.threads,
-                       out=args.out, log=_progress, cases=cases, precisions=precisions)  # fmt: skip
+    result = run_suite(
+        args.suite,
+        against=against,
+        kinds=kinds,
+        repeats=args.repeats,
+        threads=args.threads,
+        out=args.out,
+        log=_progress,
+        cases=cases,
+        precisions=precisions,
+    )
     table = markdown(result)
     Path(args.out).with_suffix(".md").write_text(table)
     print(table)
@@ -68,5 +89,5 @@ def _progress(row):
     if isinstance(row, str):  # a note on what the suite left out
         print(f"  {row}", flush=True)
         return
-    figure = (f"{row['images_per_s']:.2f} images/s" if "images_per_s" in row else f"{row['latency_ms']:.1f} ms")
+    figure = f"{row['images_per_s']:.2f} images/s" if "images_per_s" in row else f"{row['latency_ms']:.1f} ms"
     print(f"  {row['case']}: {row['implementation']} {mode_label(row)}: {figure}", flush=True)

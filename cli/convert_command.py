@@ -40,5 +40,7 @@ def run(args):
     output.parent.mkdir(parents=True, exist_ok=True)
     keras_vit.saving.save_model(model, output)
     c = model.config
-    print(f"wrote {output}: {keras_vit.count_params(model):,} parameters, {c.num_layers} layers, width "
-          f"{c.hidden_size}, {c.num_heads} heads, {c.image_size[0]}x{c.image_size[1]} input, {c.num_classes} classes")  # fmt: skip
+    print(
+        f"wrote {output}: {keras_vit.count_params(model):,} parameters, {c.num_layers} layers, width "
+        f"{c.hidden_size}, {c.num_heads} heads, {c.image_size[0]}x{c.image_size[1]} input, {c.num_classes} classes"
+    )

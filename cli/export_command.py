@@ -18,15 +18,26 @@ def add_parser(subparsers):
     parser.add_argument("source", help="run directory from `keras-vit train`, or a .keras model file")
     parser.add_argument("--saved-model", metavar="DIR", help="TF Serving model base directory")
     parser.add_argument("--tflite", metavar="DIR", help="directory for the .tflite files")
-    parser.add_argument("--quantize", nargs="+", metavar="MODE", default=["float32", "int8"],
-                        help="LiteRT modes (default: float32 int8); int8-mixed computes softmax, GELU and "
-                             "the normalisations in float32: faster on CPUs, not for integer-only accelerators")  # fmt: skip
-    parser.add_argument("--io-type", default="float32",
-                        help="input/output type of int8 and int8-mixed (float32, int8, uint8) and int16x8 (float32, int16) files")
+    parser.add_argument(
+        "--quantize",
+        nargs="+",
+        metavar="MODE",
+        default=["float32", "int8"],
+        help="LiteRT modes (default: float32 int8); int8-mixed computes softmax, GELU and "
+        "the normalisations in float32: faster on CPUs, not for integer-only accelerators",
+    )
+    parser.add_argument(
+        "--io-type",
+        default="float32",
+        help="input/output type of int8 and int8-mixed (float32, int8, uint8) and int16x8 (float32, int16) files",
+    )
     parser.add_argument("--name", default="vit", help="model name: TF Serving folder and .tflite prefix (vit)")
-    parser.add_argument("--freeze", action="store_true",
-                        help="SavedModel with the weights as graph constants: faster on CPU (weight casts folded, "
-                        "matmuls on constant weights), graphs up to 2 GiB")
+    parser.add_argument(
+        "--freeze",
+        action="store_true",
+        help="SavedModel with the weights as graph constants: faster on CPU (weight casts folded, "
+        "matmuls on constant weights), graphs up to 2 GiB",
+    )
     parser.add_argument("--version", type=int, help="TF Serving version (default: the next free number)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing version or .tflite file")
     parser.add_argument("--qat-epochs", type=int, default=0, help="quantisation-aware fine-tuning, then int8")
@@ -54,11 +65,28 @@ def run(args):
         raise CommandError("--calibration-size, --eval-limit and --threads must be positive.")
     from keras_vit.export import export, load_source
 
-    source = load_source(args.source, calibration_size=args.calibration_size, eval_limit=args.eval_limit,
-                         labels=args.labels, dataset=args.dataset)  # fmt: skip
-    result = export(source, saved_model_dir=args.saved_model, tflite_dir=args.tflite, modes=args.quantize,
-                    io_type=args.io_type, name=args.name, version=args.version, overwrite=args.overwrite,
-                    qat_epochs=args.qat_epochs, prune=args.prune, cluster=args.cluster,
-                    finetune_epochs=args.finetune_epochs, report_dir=args.report_dir, threads=args.threads,
-                    freeze=args.freeze)  # fmt: skip
+    source = load_source(
+        args.source,
+        calibration_size=args.calibration_size,
+        eval_limit=args.eval_limit,
+        labels=args.labels,
+        dataset=args.dataset,
+    )
+    result = export(
+        source,
+        saved_model_dir=args.saved_model,
+        tflite_dir=args.tflite,
+        modes=args.quantize,
+        io_type=args.io_type,
+        name=args.name,
+        version=args.version,
+        overwrite=args.overwrite,
+        qat_epochs=args.qat_epochs,
+        prune=args.prune,
+        cluster=args.cluster,
+        finetune_epochs=args.finetune_epochs,
+        report_dir=args.report_dir,
+        threads=args.threads,
+        freeze=args.freeze,
+    )
     print(result["table"])

@@ -15,7 +15,7 @@ def load_image(path, size, sample="china.jpg"):
         try:
             from sklearn.datasets import load_sample_image
         except ImportError:
-            raise ValueError("no --image given and scikit-learn (with its bundled photos) is not installed.")
+            raise ValueError("no --image given and scikit-learn (with its bundled photos) is not installed.") from None
         image, source = Image.fromarray(load_sample_image(sample)), f"scikit-learn's {sample}"
     else:
         if not Path(path).is_file():
@@ -24,7 +24,7 @@ def load_image(path, size, sample="china.jpg"):
             image, source = Image.open(path), str(path)
             image.load()
         except (UnidentifiedImageError, OSError) as error:
-            raise ValueError(f"cannot read image {path}: {error}")
+            raise ValueError(f"cannot read image {path}: {error}") from None
     image = image.convert("RGB")  # grayscale, CMYK, palette, RGBA -> RGB
     if size is not None:
         image = image.resize((size[1], size[0]), Image.BILINEAR)

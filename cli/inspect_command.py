@@ -40,9 +40,11 @@ def run(args):
         plot.position_similarity(inspect.position_embedding_similarity(model), out / f"position_similarity.{ext}"),
         plot.attention_distance(inspect.model_attention_distance(model, pixels), out / f"attention_distance.{ext}"),
     ]
-    written.append(plot.heatmap_overlays(pixels, inspect.rollout_maps(model, pixels), out / f"rollout.{ext}",
-                                         "attention rollout"))  # fmt: skip
-    written.append(plot.class_token_attention(inspect.class_token_attention(model, pixels),
-                                              out / f"class_token_attention.{ext}"))  # fmt: skip
+    written.append(
+        plot.heatmap_overlays(pixels, inspect.rollout_maps(model, pixels), out / f"rollout.{ext}", "attention rollout")
+    )
+    written.append(
+        plot.class_token_attention(inspect.class_token_attention(model, pixels), out / f"class_token_attention.{ext}")
+    )
     for path in written:
         print(f"wrote {path}")

@@ -1,5 +1,6 @@
 """`keras-vit presets`: the table of model variants."""
 
+
 def add_parser(subparsers):
     parser = subparsers.add_parser(
         "presets",

@@ -14,18 +14,28 @@ _FLAGS = {
     "--run-dir": ("run_dir", dict(help="where checkpoints, logs and eval.json go (default runs/digits)")),
     "--train-split": ("train_split", dict(help="tfds split, e.g. 'train[:90%%]'")),
     "--eval-split": ("eval_split", dict(help="tfds split for evaluation (default: test, else validation)")),
-    "--validation-fraction": ("validation_fraction", dict(type=float, help="held out of digits/folders for "
-                                                                             "evaluation (0.2)")),
-    "--selection-fraction": ("selection_fraction", dict(
-        type=float, help="share of the training examples held out to choose best.keras by (default 0: "
-                         "best.keras is the last epoch)")),
+    "--validation-fraction": (
+        "validation_fraction",
+        dict(type=float, help="held out of digits/folders for evaluation (0.2)"),
+    ),
+    "--selection-fraction": (
+        "selection_fraction",
+        dict(
+            type=float,
+            help="share of the training examples held out to choose best.keras by (default 0: "
+            "best.keras is the last epoch)",
+        ),
+    ),
     "--preset": ("preset", dict(help="model preset (default: the digits model, or set one for other data)")),
     "--image-size": ("image_size", dict(type=int, help="input resolution (position embeddings resampled)")),
     "--weights": ("weights", dict(help="checkpoint to start from (file or known name; finetune)")),
     "--recipe": ("recipe", dict(choices=("pretrain", "finetune"), help="pretrain: AdamW; finetune: SGD")),
     "--epochs": ("epochs", dict(type=int)),
     "--batch-size": ("batch_size", dict(type=int, help="per replica (global = this x replicas)")),
-    "--global-batch-size": ("global_batch_size", dict(type=int, help="instead of --batch-size; must divide by replicas")),
+    "--global-batch-size": (
+        "global_batch_size",
+        dict(type=int, help="instead of --batch-size; must divide by replicas"),
+    ),
     "--learning-rate": ("learning_rate", dict(type=float, help="for a global batch of --base-batch-size")),
     "--base-batch-size": ("base_batch_size", dict(type=int)),
     "--weight-decay": ("weight_decay", dict(type=float)),
@@ -53,39 +63,56 @@ def add_parser(subparsers):
     train.add_argument("--config", help="YAML file of training options (flags override it)")
     for flag, (_, options) in _FLAGS.items():
         train.add_argument(flag, **options)
-    train.add_argument("--jit-compile", action=argparse.BooleanOptionalAction, default=None,
-                       help="compile the training step with XLA (default: on GPUs, TPUs and under JAX; off on "
-                       "TensorFlow CPU-only machines, where TensorFlow's graph mode is faster, except "
-                       "mixed_bfloat16 on CPUs without bfloat16 instructions)")  # fmt: skip
+    train.add_argument(
+        "--jit-compile",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="compile the training step with XLA (default: on GPUs, TPUs and under JAX; off on "
+        "TensorFlow CPU-only machines, where TensorFlow's graph mode is faster, except "
+        "mixed_bfloat16 on CPUs without bfloat16 instructions)",
+    )
     train.add_argument("--overwrite", action="store_true", help="replace a run directory of another config")
     train.set_defaults(run=run_train)
 
-    evaluate = subparsers.add_parser("evaluate", help="evaluate a model on held-out data",
-                                     description="Evaluate a run directory's best.keras on the run's evaluation "
-                                     "split (never used in training) and write RUN_DIR/eval.json; or a .keras file "
-                                     "or checkpoint on the evaluation split of --dataset. Prints the result as JSON.")  # fmt: skip
+    evaluate = subparsers.add_parser(
+        "evaluate",
+        help="evaluate a model on held-out data",
+        description="Evaluate a run directory's best.keras on the run's evaluation "
+        "split (never used in training) and write RUN_DIR/eval.json; or a .keras file "
+        "or checkpoint on the evaluation split of --dataset. Prints the result as JSON.",
+    )
     evaluate.add_argument("model", help="run directory, .keras file or checkpoint")
     evaluate.add_argument("--dataset", help="'digits', 'tfds:NAME' or an image folder (default: the run's own)")
     evaluate.set_defaults(run=run_evaluate)
 
-    predict = subparsers.add_parser("predict", help="classify images with a trained model",
-                                    description="Print the top-k labels of each image. MODEL is a run directory "
-                                    "(its best.keras, labels and evaluation transform), a .keras file or a checkpoint.")  # fmt: skip
+    predict = subparsers.add_parser(
+        "predict",
+        help="classify images with a trained model",
+        description="Print the top-k labels of each image. MODEL is a run directory "
+        "(its best.keras, labels and evaluation transform), a .keras file or a checkpoint.",
+    )
     predict.add_argument("model", help="run directory, .keras file or checkpoint")
     predict.add_argument("images", nargs="+")
     predict.add_argument("--top-k", type=int, default=5)
-    predict.add_argument("--labels", help="file of class names, one per line (default: the run's labels.txt, else "
-                         "class indices)")  # fmt: skip
-    predict.add_argument("--crop", type=float, help="centre-crop fraction before resizing (default: the run's, "
-                         "else 0.875; 1: resize only)")  # fmt: skip
+    predict.add_argument(
+        "--labels", help="file of class names, one per line (default: the run's labels.txt, else class indices)"
+    )
+    predict.add_argument(
+        "--crop",
+        type=float,
+        help="centre-crop fraction before resizing (default: the run's, else 0.875; 1: resize only)",
+    )
     predict.set_defaults(run=run_predict)
 
 
 def run_train(args):
     from keras_vit.training import TrainConfig, fit
 
-    values = {field: getattr(args, flag[2:].replace("-", "_")) for flag, (field, _) in _FLAGS.items()
-              if field != "image_size" and getattr(args, flag[2:].replace("-", "_")) is not None}  # fmt: skip
+    values = {
+        field: getattr(args, flag[2:].replace("-", "_"))
+        for flag, (field, _) in _FLAGS.items()
+        if field != "image_size" and getattr(args, flag[2:].replace("-", "_")) is not None
+    }
     if args.jit_compile is not None:
         values["jit_compile"] = args.jit_compile
     config = TrainConfig.from_yaml(args.config, **values) if args.config else TrainConfig(**values)

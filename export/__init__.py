@@ -14,5 +14,16 @@ from keras_vit.export.litert import MODES, LiteRTModel, check_ops, convert, kera
 from keras_vit.export.serving import save_serving_model
 from keras_vit.export.source import ExportError, ExportSource, load_source
 
-__all__ = ["MODES", "ExportError", "ExportSource", "LiteRTModel", "check_ops", "convert", "export", "freeze",
-           "keras_module", "load_source", "save_serving_model"]  # fmt: skip
+__all__ = [
+    "MODES",
+    "ExportError",
+    "ExportSource",
+    "LiteRTModel",
+    "check_ops",
+    "convert",
+    "export",
+    "freeze",
+    "keras_module",
+    "load_source",
+    "save_serving_model",
+]

@@ -18,9 +18,23 @@ logger = logging.getLogger("keras_vit")
 LATENCY_NOTE = "median of 20 batch-1 runs (LiteRT: ai_edge_litert, {threads} threads; SavedModel: TensorFlow)"
 
 
-def export(source, saved_model_dir=None, tflite_dir=None, modes=("float32", "int8"), io_type="float32", name="vit",
-           version=None, overwrite=False, qat_epochs=0, prune=None, cluster=None, finetune_epochs=2,
-           report_dir=None, threads=2, freeze=False):  # fmt: skip
+def export(
+    source,
+    saved_model_dir=None,
+    tflite_dir=None,
+    modes=("float32", "int8"),
+    io_type="float32",
+    name="vit",
+    version=None,
+    overwrite=False,
+    qat_epochs=0,
+    prune=None,
+    cluster=None,
+    finetune_epochs=2,
+    report_dir=None,
+    threads=2,
+    freeze=False,
+):
     """Exports `source` (an `ExportSource`) and returns the report (also written as
     `export_report.json`/`.md` to `report_dir`, default the TFLite or SavedModel directory).
 
@@ -50,7 +64,9 @@ def export(source, saved_model_dir=None, tflite_dir=None, modes=("float32", "int
             raise ExportError(f"{Path(tflite_dir) / taken[0]} exists; pass --overwrite to replace it.")
     needs_calibration = any(mode in litert.CALIBRATED for _, _, mode in plan)
     if needs_calibration and source.calibration_images is None:
-        raise ExportError("int8, int8-mixed and int16x8 need calibration images: export a run directory or pass --dataset.")
+        raise ExportError(
+            "int8, int8-mixed and int16x8 need calibration images: export a run directory or pass --dataset."
+        )
     if (qat_epochs or prune or cluster) and source.train is None:
         raise ExportError("QAT, pruning and clustering fine-tune: export a run directory or pass --dataset.")
     if qat_epochs or prune or cluster:
@@ -63,11 +79,13 @@ def export(source, saved_model_dir=None, tflite_dir=None, modes=("float32", "int
     rows = []
     if tflite_dir:
         values = {"float": None, "pruned": prune, "clustered": cluster, "qat": qat_epochs}
-        rows += _export_tflite(source, plan, values, Path(tflite_dir), name, io_type, images, labels, reference,
-                               threads, finetune_epochs)  # fmt: skip
+        rows += _export_tflite(
+            source, plan, values, Path(tflite_dir), name, io_type, images, labels, reference, threads, finetune_epochs
+        )
     if saved_model_dir:
-        target = serving.save_serving_model(source, saved_model_dir, name=name, version=version, overwrite=overwrite,
-                                            freeze=freeze)  # fmt: skip
+        target = serving.save_serving_model(
+            source, saved_model_dir, name=name, version=version, overwrite=overwrite, freeze=freeze
+        )
         rows.insert(0, _measure_saved_model(target, images, labels, reference, freeze))
     result = {
         "model": name,
@@ -110,14 +128,29 @@ def _export_tflite(source, plan, values, directory, name, io_type, images, label
             if variant == "qat":
                 data = litert.fold_requantize(data)
             ops = litert.check_ops(data, mode)
-            data = metadata.with_metadata(data, name, f"ViT image classifier ({variant}, {mode})", source.labels,
-                                          source.model.config.image_size)  # fmt: skip
+            data = metadata.with_metadata(
+                data, name, f"ViT image classifier ({variant}, {mode})", source.labels, source.model.config.image_size
+            )
             file = staging / file_name
             file.write_bytes(data)
             runner = litert.LiteRTModel(data, num_threads=threads)
-            rows.append(report.measure(file.name, "tflite", directory / file.name, data, runner.predict(images),
-                                       reference, labels, runner.latency_ms(images[0]), mode=mode, io_type=io,
-                                       variant=variant, ops=ops, **extra[variant]))  # fmt: skip
+            rows.append(
+                report.measure(
+                    file.name,
+                    "tflite",
+                    directory / file.name,
+                    data,
+                    runner.predict(images),
+                    reference,
+                    labels,
+                    runner.latency_ms(images[0]),
+                    mode=mode,
+                    io_type=io,
+                    variant=variant,
+                    ops=ops,
+                    **extra[variant],
+                )
+            )
             progress.update(i + 1, finalize=False)
         progress.update(len(plan), finalize=True)
         for _, row in zip(plan, rows):
@@ -134,8 +167,9 @@ def _variant(variant, value, source, bridge, epochs):
         return litert.keras_module(model), {}
     if variant == "qat":
         trained = bridge.quantization_aware(model, source, value)
-        module = litert.ClassifierModule(lambda x: trained(x, training=False), trained.variables,
-                                         model.config.image_size)  # fmt: skip
+        module = litert.ClassifierModule(
+            lambda x: trained(x, training=False), trained.variables, model.config.image_size
+        )
         return module, {"qat_epochs": value}
     if variant == "pruned":
         pruned = bridge.prune(model, source, value, epochs)
@@ -166,8 +200,9 @@ def _measure_saved_model(target, images, labels, reference, frozen):
     import tensorflow as tf
 
     signature = tf.saved_model.load(str(target)).signatures[serving.IMAGES_SIGNATURE]
-    probabilities = np.concatenate([signature(images=tf.constant(images[i : i + 64]))["probabilities"].numpy()
-                                    for i in range(0, len(images), 64)])  # fmt: skip
+    probabilities = np.concatenate(
+        [signature(images=tf.constant(images[i : i + 64]))["probabilities"].numpy() for i in range(0, len(images), 64)]
+    )
     one = tf.constant(images[:1])
     for _ in range(3):
         signature(images=one)
@@ -177,8 +212,16 @@ def _measure_saved_model(target, images, labels, reference, frozen):
         signature(images=one)
         times.append(time.perf_counter() - start)
     kind = "SavedModel, frozen" if frozen else "SavedModel"
-    return report.measure(f"{target.parent.name}/{target.name} ({kind})", "saved_model", target, None,
-                          probabilities, reference, labels, 1000 * float(np.median(times)))  # fmt: skip
+    return report.measure(
+        f"{target.parent.name}/{target.name} ({kind})",
+        "saved_model",
+        target,
+        None,
+        probabilities,
+        reference,
+        labels,
+        1000 * float(np.median(times)),
+    )
 
 
 def _softmax(logits):

@@ -27,12 +27,13 @@ def freeze(model):
     (ViT-H/14 in float32).
     """
     if len(model.inputs or []) != 1:
-        raise ExportError(f"freezing needs a model with one image input; {model.name} has "
-                          f"{len(model.inputs or [])}.")  # fmt: skip
+        raise ExportError(f"freezing needs a model with one image input; {model.name} has {len(model.inputs or [])}.")
     size = sum(int(np.prod(v.shape)) * tf.as_dtype(v.dtype).size for v in model.weights)
     if size > MAX_FROZEN_BYTES:
-        raise ExportError(f"{model.name} holds {size / 2**30:.1f} GiB of weights; a frozen graph is limited to 2 GiB "
-                          "(export it unfrozen).")  # fmt: skip
+        raise ExportError(
+            f"{model.name} holds {size / 2**30:.1f} GiB of weights; a frozen graph is limited to 2 GiB "
+            "(export it unfrozen)."
+        )
     spec = model.inputs[0]
     forward = tf.function(lambda images: model(images, training=False))
     concrete = forward.get_concrete_function(tf.TensorSpec(spec.shape, spec.dtype, "images"))

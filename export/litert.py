@@ -13,8 +13,11 @@ from keras_vit.export.source import ExportError
 
 logger = logging.getLogger("keras_vit")
 MODES = ("float32", "float16", "dynamic", "int8", "int8-mixed", "int16x8")
-IO_TYPES = {"int8": ("float32", "int8", "uint8"), "int8-mixed": ("float32", "int8", "uint8"),
-            "int16x8": ("float32", "int16")}  # fmt: skip
+IO_TYPES = {
+    "int8": ("float32", "int8", "uint8"),
+    "int8-mixed": ("float32", "int8", "uint8"),
+    "int16x8": ("float32", "int16"),
+}
 CALIBRATED = tuple(IO_TYPES)  # the modes with quantised activations (and input/output options)
 # Ops that int8-mixed computes in float32 (between a DEQUANTIZE and a QUANTIZE), with
 # LayerNorm's epsilon ADD. The XNNPACK delegate has no int8 kernels for SOFTMAX, GELU and
@@ -38,12 +41,14 @@ class ClassifierModule(tf.Module):
         spec = tf.TensorSpec((1,) + tuple(image_size) + (3,), tf.float32, "image")
         self.classify = tf.function(
             lambda image: {"probability": tf.nn.softmax(tf.cast(self._predict(image), tf.float32), -1)},
-            input_signature=[spec])  # fmt: skip
+            input_signature=[spec],
+        )
 
 
 def keras_module(model):
-    return ClassifierModule(lambda x: model(x, training=False), [v.value for v in model.variables],
-                            model.config.image_size)  # fmt: skip
+    return ClassifierModule(
+        lambda x: model(x, training=False), [v.value for v in model.variables], model.config.image_size
+    )
 
 
 def convert(module, mode="float32", calibration_images=None, io_type="float32", per_channel_dense=False):
@@ -77,8 +82,10 @@ def convert(module, mode="float32", calibration_images=None, io_type="float32", 
             images = np.asarray(calibration_images, np.float32)
             converter.representative_dataset = lambda: ([image[None]] for image in images)
             converter.target_spec.supported_ops = [
-                tf.lite.OpsSet.TFLITE_BUILTINS_INT8 if mode != "int16x8"
-                else tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8]  # fmt: skip
+                tf.lite.OpsSet.TFLITE_BUILTINS_INT8
+                if mode != "int16x8"
+                else tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8
+            ]
             converter.inference_input_type = converter.inference_output_type = tf.as_dtype(io_type)
             # Per-tensor Dense weights: per-channel ones store a float scale and an int64 zero
             # point per output channel (and for the bias), a third of a small ViT's int8 file
@@ -100,10 +107,14 @@ def _quantize_except(converter, float_ops, io_dtype, per_channel_dense):
 
     converter._experimental_calibrate_only = True
     calibrated = converter.convert()
-    return lite_convert.mlir_quantize(calibrated, input_data_type=io_dtype, output_data_type=io_dtype,
-                                      denylisted_ops=list(float_ops),
-                                      denylisted_nodes=[op.output for op in operators(calibrated) if _is_epsilon_add(op)],
-                                      disable_per_channel_for_dense_layers=not per_channel_dense)  # fmt: skip
+    return lite_convert.mlir_quantize(
+        calibrated,
+        input_data_type=io_dtype,
+        output_data_type=io_dtype,
+        denylisted_ops=list(float_ops),
+        denylisted_nodes=[op.output for op in operators(calibrated) if _is_epsilon_add(op)],
+        disable_per_channel_for_dense_layers=not per_channel_dense,
+    )
 
 
 def fold_requantize(model_bytes):
@@ -123,9 +134,13 @@ def fold_requantize(model_bytes):
         dropped = []
         for op in graph.operators:
             source = producer.get(int(op.inputs[0]))
-            if (kinds[op.opcodeIndex] == schema.BuiltinOperator.QUANTIZE and source is not None
-                    and kinds[source.opcodeIndex] == schema.BuiltinOperator.DEQUANTIZE
-                    and readers[int(op.inputs[0])] == 1 and int(op.inputs[0]) not in graph.outputs):  # fmt: skip
+            if (
+                kinds[op.opcodeIndex] == schema.BuiltinOperator.QUANTIZE
+                and source is not None
+                and kinds[source.opcodeIndex] == schema.BuiltinOperator.DEQUANTIZE
+                and readers[int(op.inputs[0])] == 1
+                and int(op.inputs[0]) not in graph.outputs
+            ):
                 op.inputs = [int(source.inputs[0])]
                 dropped.append(source)
         graph.operators = [op for op in graph.operators if all(op is not d for d in dropped)]
@@ -147,8 +162,20 @@ def _pack(model, size):
 
 
 # Ops whose int8 output shares its input's scale and zero point (the converter aligns them).
-_SAME_PARAMS = ("RESHAPE", "TRANSPOSE", "UNPACK", "PACK", "SQUEEZE", "EXPAND_DIMS", "STRIDED_SLICE", "SLICE",
-                "GATHER", "SPLIT", "SPLIT_V", "CONCATENATION")  # fmt: skip
+_SAME_PARAMS = (
+    "RESHAPE",
+    "TRANSPOSE",
+    "UNPACK",
+    "PACK",
+    "SQUEEZE",
+    "EXPAND_DIMS",
+    "STRIDED_SLICE",
+    "SLICE",
+    "GATHER",
+    "SPLIT",
+    "SPLIT_V",
+    "CONCATENATION",
+)
 # Ops that requantise their output, so any output scale/zero point is theirs to meet.
 _REQUANTISING = ("FULLY_CONNECTED", "BATCH_MATMUL", "CONV_2D", "DEPTHWISE_CONV_2D", "ADD", "SUB", "MUL")
 
@@ -172,7 +199,7 @@ def symmetric_matmul_operands(model_bytes):
     for graph in model.subgraphs:
         tensors = graph.tensors
 
-        def params(t):
+        def params(t, tensors=tensors):
             q = tensors[t].quantization if t >= 0 else None
             if q is None or tensors[t].type != schema.TensorType.INT8 or q.scale is None or len(q.scale) != 1:
                 return None
@@ -180,7 +207,7 @@ def symmetric_matmul_operands(model_bytes):
 
         parent = list(range(len(tensors)))
 
-        def root(t):
+        def root(t, parent=parent):
             while parent[t] != t:
                 parent[t] = parent[parent[t]]
                 t = parent[t]
@@ -259,9 +286,16 @@ def operators(model_bytes):
             for t in ins:
                 readers.setdefault(t, []).append(name)
         for name, ins, outs in ops:
-            result.append(Operator(name, tuple(types[graph.Tensors(t).Type()] for t in ins), bool(inputs & set(ins)),
-                                   bool(outputs & set(outs)), graph.Tensors(outs[0]).Name().decode() if outs else "",
-                                   tuple(r for t in outs for r in readers.get(t, ()))))  # fmt: skip
+            result.append(
+                Operator(
+                    name,
+                    tuple(types[graph.Tensors(t).Type()] for t in ins),
+                    bool(inputs & set(ins)),
+                    bool(outputs & set(outs)),
+                    graph.Tensors(outs[0]).Name().decode() if outs else "",
+                    tuple(r for t in outs for r in readers.get(t, ())),
+                )
+            )
     return result
 
 
@@ -286,10 +320,17 @@ def check_ops(model_bytes, mode):
     if mode in CALIBRATED:
         mixed = mode == "int8-mixed"
         allowed = MIXED_FLOAT_OPS + ("QUANTIZE",) if mixed else ()
-        floating = sorted({op.name for op in ops
-                           if any(d.startswith("float") for d in op.dtypes) and op.name not in allowed
-                           and not (mixed and _is_epsilon_add(op)) and not (op.name == "QUANTIZE" and op.at_input)
-                           and not (op.name == "DEQUANTIZE" and op.at_output)})  # fmt: skip
+        floating = sorted(
+            {
+                op.name
+                for op in ops
+                if any(d.startswith("float") for d in op.dtypes)
+                and op.name not in allowed
+                and not (mixed and _is_epsilon_add(op))
+                and not (op.name == "QUANTIZE" and op.at_input)
+                and not (op.name == "DEQUANTIZE" and op.at_output)
+            }
+        )
         if floating:
             raise ExportError(f"the {mode} model still computes in float in {', '.join(floating)}.")
     return sorted({op.name for op in ops})

@@ -68,8 +68,16 @@ def _model_metadata(name, description, labels, image_size, mean, std):
     unit = _table(b, [(0, "u8", _NORMALIZATION_OPTIONS), (1, "off", normalization)])
     input_stats = _stats(b, 255.0, 0.0)
     in_name, in_description = strings("image", "RGB image, pixel values in [0, 255]")
-    input_tensor = _table(b, [(0, "off", in_name), (1, "off", in_description), (3, "off", image_content),
-                              (4, "off", _vector(b, [unit])), (5, "off", input_stats)])  # fmt: skip
+    input_tensor = _table(
+        b,
+        [
+            (0, "off", in_name),
+            (1, "off", in_description),
+            (3, "off", image_content),
+            (4, "off", _vector(b, [unit])),
+            (5, "off", input_stats),
+        ],
+    )
 
     # Output: class probabilities with the label file along the class axis.
     file_name, file_description = strings(LABELS_NAME, "class names, one per line, in output order")
@@ -78,14 +86,32 @@ def _model_metadata(name, description, labels, image_size, mean, std):
     output_content = _table(b, [(0, "u8", _FEATURE_PROPERTIES), (1, "off", features)])
     output_stats = _stats(b, 1.0, 0.0)
     out_name, out_description = strings("probability", f"probabilities of the {len(labels)} classes")
-    output_tensor = _table(b, [(0, "off", out_name), (1, "off", out_description), (3, "off", output_content),
-                               (5, "off", output_stats), (6, "off", _vector(b, [labels_file]))])  # fmt: skip
+    output_tensor = _table(
+        b,
+        [
+            (0, "off", out_name),
+            (1, "off", out_description),
+            (3, "off", output_content),
+            (5, "off", output_stats),
+            (6, "off", _vector(b, [labels_file])),
+        ],
+    )
 
     subgraph = _table(b, [(2, "off", _vector(b, [input_tensor])), (3, "off", _vector(b, [output_tensor]))])
     model_name, model_description, version, author, parser = strings(
-        name, description, _version(), "keras-vit", _MIN_PARSER_VERSION)
-    root = _table(b, [(0, "off", model_name), (1, "off", model_description), (2, "off", version),
-                      (3, "off", _vector(b, [subgraph])), (4, "off", author), (7, "off", parser)])  # fmt: skip
+        name, description, _version(), "keras-vit", _MIN_PARSER_VERSION
+    )
+    root = _table(
+        b,
+        [
+            (0, "off", model_name),
+            (1, "off", model_description),
+            (2, "off", version),
+            (3, "off", _vector(b, [subgraph])),
+            (4, "off", author),
+            (7, "off", parser),
+        ],
+    )
     b.Finish(root, file_identifier=b"M001")
     return bytes(b.Output())
 
@@ -111,8 +137,9 @@ def _vector(b, offsets):
 
 
 def _stats(b, high, low):
-    return _table(b, [(0, "off", b.CreateNumpyVector(np.float32([high]))),
-                      (1, "off", b.CreateNumpyVector(np.float32([low])))])  # fmt: skip
+    return _table(
+        b, [(0, "off", b.CreateNumpyVector(np.float32([high]))), (1, "off", b.CreateNumpyVector(np.float32([low])))]
+    )
 
 
 def _version():

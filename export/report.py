@@ -7,8 +7,15 @@ from pathlib import Path
 
 import numpy as np
 
-COLUMNS = (("artifact", "artifact"), ("size_kb", "size (kB)"), ("gzip_kb", "gzip (kB)"), ("top1", "top-1"),
-           ("agreement", "top-1 agreement"), ("max_prob_diff", "max |Δp|"), ("latency_ms", "batch-1 latency (ms)"))  # fmt: skip
+COLUMNS = (
+    ("artifact", "artifact"),
+    ("size_kb", "size (kB)"),
+    ("gzip_kb", "gzip (kB)"),
+    ("top1", "top-1"),
+    ("agreement", "top-1 agreement"),
+    ("max_prob_diff", "max |Δp|"),
+    ("latency_ms", "batch-1 latency (ms)"),
+)
 
 
 def measure(name, kind, path, data, probabilities, reference, labels=None, latency_ms=None, **extra):
@@ -40,11 +47,15 @@ def write(report, directory):
 
 
 def markdown(report):
-    lines = [f"# Export report: {report['model']}", "",
-             f"Held-out images: {report['num_eval']} ({report['eval_source']}); reference: {report['reference']}; "
-             f"latency: {report['latency_note']}.", "",
-             "| " + " | ".join(title for _, title in COLUMNS) + " |",
-             "|" + "---|" * len(COLUMNS)]  # fmt: skip
+    lines = [
+        f"# Export report: {report['model']}",
+        "",
+        f"Held-out images: {report['num_eval']} ({report['eval_source']}); reference: {report['reference']}; "
+        f"latency: {report['latency_note']}.",
+        "",
+        "| " + " | ".join(title for _, title in COLUMNS) + " |",
+        "|" + "---|" * len(COLUMNS),
+    ]
     for row in report["artifacts"]:
         cells = []
         for key, _ in COLUMNS:

@@ -37,8 +37,12 @@ class ServingModule(tf.Module):
             self._forward = functools.partial(model, training=False)
         self._labels_file = tf.saved_model.Asset(str(labels_file))
         initializer = tf.lookup.TextFileInitializer(
-            self._labels_file, tf.int64, tf.lookup.TextFileIndex.LINE_NUMBER,
-            tf.string, tf.lookup.TextFileIndex.WHOLE_LINE)  # fmt: skip
+            self._labels_file,
+            tf.int64,
+            tf.lookup.TextFileIndex.LINE_NUMBER,
+            tf.string,
+            tf.lookup.TextFileIndex.WHOLE_LINE,
+        )
         self._labels = tf.lookup.StaticHashTable(initializer, default_value="")
         self._size = tuple(model.config.image_size)
         self._top_k = min(top_k, model.config.num_classes)
@@ -46,9 +50,11 @@ class ServingModule(tf.Module):
 
         height, width = self._size
         self.serve_images = tf.function(
-            self._serve_images, input_signature=[tf.TensorSpec((None, height, width, 3), tf.float32, "images")])
+            self._serve_images, input_signature=[tf.TensorSpec((None, height, width, 3), tf.float32, "images")]
+        )
         self.serve_image_bytes = tf.function(
-            self._serve_image_bytes, input_signature=[tf.TensorSpec((None,), tf.string, "image_bytes")])
+            self._serve_image_bytes, input_signature=[tf.TensorSpec((None,), tf.string, "image_bytes")]
+        )
 
     def probabilities(self, images):
         return tf.nn.softmax(tf.cast(self._forward(images), tf.float32), axis=-1)
@@ -75,8 +81,9 @@ class ServingModule(tf.Module):
         return self._outputs(tf.map_fn(decode, image_bytes, fn_output_signature=spec))
 
 
-def save_serving_model(source, directory, name="vit", version=None, overwrite=False, top_k=5, warmup=True,
-                       freeze=False):  # fmt: skip
+def save_serving_model(
+    source, directory, name="vit", version=None, overwrite=False, top_k=5, warmup=True, freeze=False
+):
     """Writes `directory/<name>/<version>/` (version: the next free number unless
     given; an existing version is replaced only with `overwrite`) and
     `directory/models.config`. `freeze`: weights as graph constants (faster on CPU, graphs
@@ -88,8 +95,9 @@ def save_serving_model(source, directory, name="vit", version=None, overwrite=Fa
         raise ExportError(f"the SavedModel version must be a positive integer; got {version}.")
     target = base / str(version)
     if target.exists() and not overwrite:
-        raise ExportError(f"{target} exists; TF Serving versions are never overwritten (pass --overwrite or "
-                          "another --version).")  # fmt: skip
+        raise ExportError(
+            f"{target} exists; TF Serving versions are never overwritten (pass --overwrite or another --version)."
+        )
     base.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{version}.", dir=base))
     try:
@@ -100,8 +108,10 @@ def save_serving_model(source, directory, name="vit", version=None, overwrite=Fa
             signatures = {IMAGES_SIGNATURE: module.serve_images, BYTES_SIGNATURE: module.serve_image_bytes}
             tf.saved_model.save(module, str(staging), signatures=signatures)
         if warmup and importlib.util.find_spec("tensorflow_serving") is None:
-            logger.warning("keras_vit: no TF Serving warm-up requests (the SavedModel is complete without them): "
-                           "they need tensorflow-serving-api (pip install --no-deps tensorflow-serving-api==2.21.0)")
+            logger.warning(
+                "keras_vit: no TF Serving warm-up requests (the SavedModel is complete without them): "
+                "they need tensorflow-serving-api (pip install --no-deps tensorflow-serving-api==2.21.0)"
+            )
         elif warmup:
             write_warmup_requests(staging / WARMUP_FILE, name, source.model.config.image_size)
         _replace(staging, target)
@@ -116,8 +126,10 @@ def models_config(directory, name):
     """A TF Serving `--model_config_file` for every model folder in `directory`, with the
     paths of the `tensorflow/serving` container's default mount `/models`."""
     names = sorted({name} | {p.name for p in Path(directory).iterdir() if p.is_dir() and not p.name.startswith(".")})
-    entries = "".join(f'  config {{\n    name: "{n}"\n    base_path: "/models/{n}"\n    model_platform: "tensorflow"\n  }}\n'
-                      for n in names)  # fmt: skip
+    entries = "".join(
+        f'  config {{\n    name: "{n}"\n    base_path: "/models/{n}"\n    model_platform: "tensorflow"\n  }}\n'
+        for n in names
+    )
     return "model_config_list {\n" + entries + "}\n"
 
 
@@ -133,7 +145,8 @@ def write_warmup_requests(path, model_name, image_size):
     with tf.io.TFRecordWriter(str(path)) as writer:
         for signature, (key, value) in inputs.items():
             request = predict_pb2.PredictRequest(
-                model_spec=model_pb2.ModelSpec(name=model_name, signature_name=signature))
+                model_spec=model_pb2.ModelSpec(name=model_name, signature_name=signature)
+            )
             request.inputs[key].CopyFrom(tf.make_tensor_proto(value))
             log = prediction_log_pb2.PredictionLog(predict_log=prediction_log_pb2.PredictLog(request=request))
             writer.write(log.SerializeToString())

@@ -48,8 +48,9 @@ class ExportSource:
                 continue
             images = np.asarray(images)
             if images.ndim != 4 or images.shape[1:] != size + (3,):
-                raise ExportError(f"{what} must be (N, {size[0]}, {size[1]}, 3) pixels for this model; got shape "
-                                  f"{images.shape}.")  # fmt: skip
+                raise ExportError(
+                    f"{what} must be (N, {size[0]}, {size[1]}, 3) pixels for this model; got shape {images.shape}."
+                )
             if len(images) == 0:
                 raise ExportError(f"{what} is empty.")
             setattr(self, what, images.astype(np.float32))
@@ -96,6 +97,12 @@ def _data(config, model, calibration_size, eval_limit):
     calibration, _ = arrays(source.train.shuffle(source.num_train, seed=config.seed), calibration_size)
     batch = min(config.batch_size, source.num_train)
     train = pipeline.train_pipeline(source.train, source.num_train, config, size, num_classes, batch)
-    return dict(eval_images=eval_images, eval_labels=eval_labels, calibration_images=calibration, train=train,
-                steps_per_epoch=max(1, source.num_train // batch), crop=crop,
-                label_smoothing=config.label_smoothing or 0.0)  # fmt: skip
+    return dict(
+        eval_images=eval_images,
+        eval_labels=eval_labels,
+        calibration_images=calibration,
+        train=train,
+        steps_per_epoch=max(1, source.num_train // batch),
+        crop=crop,
+        label_smoothing=config.label_smoothing or 0.0,
+    )

@@ -30,8 +30,9 @@ def check_installed():
 
     missing = [name for name in ("tf_keras", "tensorflow_model_optimization") if importlib.util.find_spec(name) is None]
     if missing:
-        raise ExportError(f"QAT, pruning and clustering need {' and '.join(missing)}, which is not installed: "
-                          f"{INSTALL_HINT}")  # fmt: skip
+        raise ExportError(
+            f"QAT, pruning and clustering need {' and '.join(missing)}, which is not installed: {INSTALL_HINT}"
+        )
 
 
 def _tfmot():
@@ -66,8 +67,9 @@ def _layers():
             rows, cols, width = shape[1:]
             if self.num_prefix_tokens:
                 self.token = self.add_weight("token", (1, 1, width), initializer="zeros")
-            self.embedding = self.add_weight("embedding", (1, rows * cols + self.num_prefix_tokens, width),
-                                             initializer="zeros")  # fmt: skip
+            self.embedding = self.add_weight(
+                "embedding", (1, rows * cols + self.num_prefix_tokens, width), initializer="zeros"
+            )
 
         def call(self, x):
             x = tf.reshape(x, (-1, x.shape[1] * x.shape[2], x.shape[3]))
@@ -147,8 +149,15 @@ def _layers():
         def get_config(self):
             return {**super().get_config(), "mode": self.mode, "num_prefix_tokens": self.num_prefix_tokens}
 
-    return dict(Normalize=Normalize, Tokens=Tokens, LayerNorm=LayerNorm, AttentionCore=AttentionCore, Scale=Scale,
-                Gelu=Gelu, Pool=Pool)  # fmt: skip
+    return dict(
+        Normalize=Normalize,
+        Tokens=Tokens,
+        LayerNorm=LayerNorm,
+        AttentionCore=AttentionCore,
+        Scale=Scale,
+        Gelu=Gelu,
+        Pool=Pool,
+    )
 
 
 def build_tf_keras(config):
@@ -165,10 +174,12 @@ def build_tf_keras(config):
         weights[layer.name] = [f"{source}/{n}" for n in names]
         return layer
 
-    dense = lambda units, source, **kw: add(tf_keras.layers.Dense(units, name=source.replace("/", "-"), **kw),  # noqa: E731
-                                            source, ("kernel", "bias"))  # fmt: skip
-    norm = lambda source: add(L["LayerNorm"](c.layer_norm_epsilon, name=source.replace("/", "-")),  # noqa: E731
-                              source, ("gamma", "beta"))  # fmt: skip
+    def dense(units, source, **kw):
+        return add(tf_keras.layers.Dense(units, name=source.replace("/", "-"), **kw), source, ("kernel", "bias"))
+
+    def norm(source):
+        return add(L["LayerNorm"](c.layer_norm_epsilon, name=source.replace("/", "-")), source, ("gamma", "beta"))
+
     images = tf_keras.Input(c.image_size + (c.channels,), name="images")
     x = L["Normalize"](c.input_mean, c.input_std, name="normalization")(images) if c.normalize_inputs else images
     conv = tf_keras.layers.Conv2D(c.hidden_size, c.patch_size, strides=c.patch_size, name="patch_embedding")
@@ -231,12 +242,16 @@ def _fine_tune(tf_model, source, epochs, learning_rate, callbacks=(), label_smoo
     import tf_keras
 
     if source.train is None:
-        raise ExportError("fine-tuning (QAT, pruning, clustering) needs training data: export a run directory or "
-                          "pass --dataset.")  # fmt: skip
-    tf_model.compile(optimizer=tf_keras.optimizers.Adam(learning_rate),
-                     loss=tf_keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=label_smoothing))  # fmt: skip
-    tf_model.fit(source.train, epochs=epochs, steps_per_epoch=source.steps_per_epoch, callbacks=list(callbacks),
-                 verbose=0)  # fmt: skip
+        raise ExportError(
+            "fine-tuning (QAT, pruning, clustering) needs training data: export a run directory or pass --dataset."
+        )
+    tf_model.compile(
+        optimizer=tf_keras.optimizers.Adam(learning_rate),
+        loss=tf_keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=label_smoothing),
+    )
+    tf_model.fit(
+        source.train, epochs=epochs, steps_per_epoch=source.steps_per_epoch, callbacks=list(callbacks), verbose=0
+    )
 
 
 def _wrap_weighted(tf_model, wrap):
@@ -259,11 +274,20 @@ def prune(model, source, sparsity, epochs=2, learning_rate=1e-4):
         raise ExportError(f"--prune takes a sparsity in (0, 1); got {sparsity}.")
     tf_model, mapping = to_tf_keras(model)
     steps = max(1, epochs * source.steps_per_epoch)
-    schedule = tfmot.sparsity.keras.PolynomialDecay(0.0, sparsity, begin_step=0, end_step=max(1, steps - 1),
-                                                    frequency=max(1, steps // 10))  # fmt: skip
-    pruned = _wrap_weighted(tf_model, lambda l: tfmot.sparsity.keras.prune_low_magnitude(l, pruning_schedule=schedule))
-    _fine_tune(pruned, source, epochs, learning_rate, [tfmot.sparsity.keras.UpdatePruningStep()],
-               label_smoothing=source.label_smoothing)
+    schedule = tfmot.sparsity.keras.PolynomialDecay(
+        0.0, sparsity, begin_step=0, end_step=max(1, steps - 1), frequency=max(1, steps // 10)
+    )
+    pruned = _wrap_weighted(
+        tf_model, lambda layer: tfmot.sparsity.keras.prune_low_magnitude(layer, pruning_schedule=schedule)
+    )
+    _fine_tune(
+        pruned,
+        source,
+        epochs,
+        learning_rate,
+        [tfmot.sparsity.keras.UpdatePruningStep()],
+        label_smoothing=source.label_smoothing,
+    )
     return copy_back(tfmot.sparsity.keras.strip_pruning(pruned), mapping, model)
 
 
@@ -275,8 +299,12 @@ def cluster(model, source, clusters, epochs=2, learning_rate=1e-4):
         raise ExportError(f"--cluster takes at least 2 clusters; got {clusters}.")
     tf_model, mapping = to_tf_keras(model)
     init = tfmot.clustering.keras.CentroidInitialization.KMEANS_PLUS_PLUS
-    clustered = _wrap_weighted(tf_model, lambda l: tfmot.clustering.keras.cluster_weights(
-        l, number_of_clusters=clusters, cluster_centroids_init=init))  # fmt: skip
+    clustered = _wrap_weighted(
+        tf_model,
+        lambda layer: tfmot.clustering.keras.cluster_weights(
+            layer, number_of_clusters=clusters, cluster_centroids_init=init
+        ),
+    )
     _fine_tune(clustered, source, epochs, learning_rate, label_smoothing=source.label_smoothing)
     return copy_back(tfmot.clustering.keras.strip_clustering(clustered), mapping, model)
 
@@ -308,7 +336,9 @@ def quantization_aware(model, source, epochs, learning_rate=1e-5):
             pass
 
         def get_output_quantizers(self, layer):
-            return [q.quantizers.MovingAverageQuantizer(num_bits=8, per_axis=False, symmetric=False, narrow_range=False)]
+            return [
+                q.quantizers.MovingAverageQuantizer(num_bits=8, per_axis=False, symmetric=False, narrow_range=False)
+            ]
 
         def get_config(self):
             return {}

@@ -1,7 +1,6 @@
 """`ViTConfig`: the one description of a Vision Transformer that every model is built from."""
 
 import dataclasses
-from typing import Optional, Tuple, Union
 
 CLASSIFIERS = ("token", "gap")
 
@@ -53,29 +52,29 @@ class ViTConfig:
         input_mean, input_std: per-channel statistics in pixel units [0, 255].
     """
 
-    image_size: Union[int, Tuple[int, int]] = 224
-    patch_size: Union[int, Tuple[int, int]] = 16
+    image_size: int | tuple[int, int] = 224
+    patch_size: int | tuple[int, int] = 16
     hidden_size: int = 768
     num_layers: int = 12
     num_heads: int = 12
     mlp_dim: int = 3072
     num_classes: int = 1000
     classifier: str = "token"
-    representation_size: Optional[int] = None
+    representation_size: int | None = None
     dropout_rate: float = 0.0
     attention_dropout_rate: float = 0.0
     drop_path_rate: float = 0.0
-    layer_scale_init: Optional[float] = None
+    layer_scale_init: float | None = None
     layer_norm_epsilon: float = 1e-6
     gelu_approximate: bool = False
     qkv_bias: bool = True
     channels: int = 3
-    resnet_layers: Optional[Tuple[int, ...]] = None
+    resnet_layers: tuple[int, ...] | None = None
     resnet_width: int = 64
     resnet_numerics: str = "official"
     normalize_inputs: bool = True
-    input_mean: Tuple[float, ...] = OFFICIAL_MEAN
-    input_std: Tuple[float, ...] = OFFICIAL_STD
+    input_mean: tuple[float, ...] = OFFICIAL_MEAN
+    input_std: tuple[float, ...] = OFFICIAL_STD
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731  (frozen dataclass)

@@ -65,6 +65,8 @@ def sample_photos(size):
     from PIL import Image
     from sklearn.datasets import load_sample_image
 
-    photos = [Image.fromarray(load_sample_image(name)).resize((size, size), Image.BILINEAR)
-              for name in ("china.jpg", "flower.jpg")]  # fmt: skip
+    photos = [
+        Image.fromarray(load_sample_image(name)).resize((size, size), Image.BILINEAR)
+        for name in ("china.jpg", "flower.jpg")
+    ]
     return np.stack([np.asarray(p, dtype="float32") for p in photos])

@@ -7,8 +7,9 @@ import os
 import sys
 
 index, ports, run_dir, patch = int(sys.argv[1]), sys.argv[2].split(","), sys.argv[3], sys.argv[4] == "1"
-os.environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
-                                      "task": {"type": "worker", "index": index}})  # fmt: skip
+os.environ["TF_CONFIG"] = json.dumps(
+    {"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]}, "task": {"type": "worker", "index": index}}
+)
 
 from keras_vit.training import TrainConfig, fit, multi_worker  # noqa: E402
 

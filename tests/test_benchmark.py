@@ -38,29 +38,43 @@ def test_targets_are_ratios_of_the_rows():
         return dict(case=case, implementation=implementation, mode=mode, images_per_s=rate, **extra)
 
     results = {
-        "inference": [row("S/16 inference b32", "keras_vit", "float32", 20.0, gflops_per_s=184.0),
-                      row("S/16 inference b32", "keras_vit", "mixed_bfloat16", 30.0, agreement_with_float32=0.995),
-                      row("S/16 inference b32", "keras-hub", "float32", 16.0),
-                      row("S/16 inference b32", "timm", "eager", 10.0), row("S/16 inference b32", "timm", "compile", 19.0),
-                      row("S/16 inference b32", "timm", "compile_bf16", 40.0)],
-        "training": [row("Ti/16 training b32", "keras_vit", "float32", 20.0, first_step_s=12.0, compiler="xla"),
-                     row("Ti/16 training b32", "keras_vit", "mixed_bfloat16", 28.0, first_step_s=8.0, compiler="graph"),
-                     row("Ti/16 training b32", "keras-hub", "float32", 17.5)],
-        "litert": [dict(case="S/16 LiteRT b1", mode="float32", latency_ms=50.0), dict(case="S/16 LiteRT b1", mode="int8", latency_ms=15.0),
-                   dict(case="S/16 LiteRT b1", mode="int8-mixed", latency_ms=20.0)],
+        "inference": [
+            row("S/16 inference b32", "keras_vit", "float32", 20.0, gflops_per_s=184.0),
+            row("S/16 inference b32", "keras_vit", "mixed_bfloat16", 30.0, agreement_with_float32=0.995),
+            row("S/16 inference b32", "keras-hub", "float32", 16.0),
+            row("S/16 inference b32", "timm", "eager", 10.0),
+            row("S/16 inference b32", "timm", "compile", 19.0),
+            row("S/16 inference b32", "timm", "compile_bf16", 40.0),
+        ],
+        "training": [
+            row("Ti/16 training b32", "keras_vit", "float32", 20.0, first_step_s=12.0, compiler="xla"),
+            row("Ti/16 training b32", "keras_vit", "mixed_bfloat16", 28.0, first_step_s=8.0, compiler="graph"),
+            row("Ti/16 training b32", "keras-hub", "float32", 17.5),
+        ],
+        "litert": [
+            dict(case="S/16 LiteRT b1", mode="float32", latency_ms=50.0),
+            dict(case="S/16 LiteRT b1", mode="int8", latency_ms=15.0),
+            dict(case="S/16 LiteRT b1", mode="int8-mixed", latency_ms=20.0),
+        ],
         "pipeline": [row("pipeline 224 b32", "keras_vit", "tf.data", 100.0)],
-    }  # fmt: skip
+    }
     found = {t["target"]: (t["value"], t["met"]) for t in suite.targets(results, "full", peak_gflops=230.0)}
     assert found["S/16 inference b32: float32 vs keras-hub float32"] == (1.25, True)
     assert found["S/16 inference b32: float32 vs timm's best float32"] == (pytest.approx(20 / 19, abs=1e-3), False)
     assert found["S/16 inference b32: mixed_bfloat16 vs keras-hub float32"] == (1.875, True)
-    assert found["S/16 inference b32: mixed_bfloat16 top-1 agreement with float32"] == (0.995, True)  # timm bf16 left out
+    assert found["S/16 inference b32: mixed_bfloat16 top-1 agreement with float32"] == (
+        0.995,
+        True,
+    )  # timm bf16 left out
     assert found["Ti/16 training b32: mixed_bfloat16 vs keras-hub float32"] == (1.6, True)
     assert found["Ti/16 training b32: first step seconds (float32, xla)"] == (12.0, False)
     assert found["Ti/16 training b32: first step seconds (mixed_bfloat16, graph)"] == (8.0, True)
     assert found["LiteRT full-int8 latency / float32 latency"] == (0.3, True)
     assert found["LiteRT int8-mixed (float softmax, GELU, normalisation) latency / float32 latency"] == (0.4, False)
-    assert found["pipeline 224 b32: pipeline / fastest keras_vit training rate"] == (pytest.approx(100 / 28, abs=1e-3), True)
+    assert found["pipeline 224 b32: pipeline / fastest keras_vit training rate"] == (
+        pytest.approx(100 / 28, abs=1e-3),
+        True,
+    )
     # B/16 and the CIFAR-size model were not measured: their targets are left out, not failed
     assert not [name for name in found if "B/16" in name or "CIFAR" in name]
 
@@ -70,9 +84,19 @@ def test_peak_share_pairs_each_round_with_the_peak_probed_in_it():
     # round that load slowed on both sides still counts at the machine's true share.
     rates, peaks = iter([5.0, 10.0, 20.0, 30.0, 40.0, 50.0]), iter([999.0, 100.0, 50.0, 300.0, 400.0, 100.0])
     logged = []
-    (row,) = timing.throughput_rows([dict(case="c")], [lambda: next(rates)], 5, gflop_per_item=2.0, log=logged.append,
-                                    peak_probe=lambda: next(peaks))  # fmt: skip
-    assert logged == [row] and (row["images_per_s"], row["gflops_per_s"], row["fp32_peak_gflops"]) == (30.0, 60.0, 100.0)
+    (row,) = timing.throughput_rows(
+        [dict(case="c")],
+        [lambda: next(rates)],
+        5,
+        gflop_per_item=2.0,
+        log=logged.append,
+        peak_probe=lambda: next(peaks),
+    )
+    assert logged == [row] and (row["images_per_s"], row["gflops_per_s"], row["fp32_peak_gflops"]) == (
+        30.0,
+        60.0,
+        100.0,
+    )
     # shares 0.2, 0.8, 0.2, 0.2, 1.0 (the warm-up round left out): median 0.2, not 60 / 100
     assert row["peak_share"] == pytest.approx(0.2) and row["spread"] == pytest.approx(40 / 30)
     (row,) = timing.throughput_rows([{}], [lambda: 1.0], 5, gflop_per_item=2.0, log=lambda row: None)
@@ -81,12 +105,23 @@ def test_peak_share_pairs_each_round_with_the_peak_probed_in_it():
 
 def test_b16_peak_share_target_prefers_the_in_round_share():
     def b16(**extra):
-        return {"inference": [dict(case="B/16 inference b32", implementation="keras_vit", mode="float32",
-                                   images_per_s=5.0, gflops_per_s=180.0, **extra)]}  # fmt: skip
+        return {
+            "inference": [
+                dict(
+                    case="B/16 inference b32",
+                    implementation="keras_vit",
+                    mode="float32",
+                    images_per_s=5.0,
+                    gflops_per_s=180.0,
+                    **extra,
+                )
+            ]
+        }
 
     def share(results, peak):
         return {t["target"]: t["value"] for t in suite.targets(results, "full", peak)}.get(
-            "B/16 inference b32: float32 share of the FP32 FMA peak")
+            "B/16 inference b32: float32 share of the FP32 FMA peak"
+        )
 
     assert share(b16(peak_share=0.9), peak=240.0) == 0.9  # measured beside the rows
     assert share(b16(), peak=240.0) == 0.75  # a result from before the probe ran in rounds
@@ -117,20 +152,37 @@ def test_cases_and_precisions_narrow_a_suite():
 def test_a_narrowed_run_says_what_it_ran(monkeypatch):
     from keras_vit.benchmark import runner
 
-    monkeypatch.setitem(suite.SUITES, "tiny-cpu", {
-        "inference": [dict(name="tiny a", model=TINY, batch=2, dtypes=suite.BOTH, timm_modes=("eager", "eager_bf16")),
-                      dict(name="tiny b", model=TINY, batch=2, dtypes=suite.BOTH)],
-        "training": [dict(name="tiny a fit", model=TINY, batch=4, steps_per_repeat=1, dtypes=("float32",),
-                          timm_modes=())]})  # fmt: skip
+    monkeypatch.setitem(
+        suite.SUITES,
+        "tiny-cpu",
+        {
+            "inference": [
+                dict(name="tiny a", model=TINY, batch=2, dtypes=suite.BOTH, timm_modes=("eager", "eager_bf16")),
+                dict(name="tiny b", model=TINY, batch=2, dtypes=suite.BOTH),
+            ],
+            "training": [
+                dict(name="tiny a fit", model=TINY, batch=4, steps_per_repeat=1, dtypes=("float32",), timm_modes=())
+            ],
+        },
+    )
     monkeypatch.setattr(machine, "torch_cpu_matmul_gflops", lambda: pytest.fail("no bf16 mode asked for"))
     monkeypatch.setattr(machine.accelerator, "describe", lambda backend: None)  # the CPU path, also on a GPU machine
     built = []  # the probe is compiled once, for the machine record and the rounds alike
     monkeypatch.setattr(machine, "fma_probe", lambda threads, seconds=0.5: built.append(threads) or (lambda: 1000.0))
-    result = runner.run_suite("tiny-cpu", against=("timm",), kinds=suite.KINDS, repeats=5, log=lambda row: None,
-                              cases=["a"], precisions=["float32"])  # fmt: skip
+    result = runner.run_suite(
+        "tiny-cpu",
+        against=("timm",),
+        kinds=suite.KINDS,
+        repeats=5,
+        log=lambda row: None,
+        cases=["a"],
+        precisions=["float32"],
+    )
     rows = result["results"]["inference"]
     assert [(r["case"], r["implementation"], r["mode"]) for r in rows] == [
-        ("tiny a", "keras_vit", "float32"), ("tiny a", "timm", "eager")]  # fmt: skip
+        ("tiny a", "keras_vit", "float32"),
+        ("tiny a", "timm", "eager"),
+    ]
     # on the CPU the FMA probe runs in the rounds beside every contender, in training too
     rows += result["results"]["training"]
     assert [r["fp32_peak_gflops"] for r in rows] == [1000.0] * 3 and all(r["peak_share"] > 0 for r in rows)
@@ -144,8 +196,14 @@ def test_a_narrowed_run_says_what_it_ran(monkeypatch):
 
 def test_inference_and_training_rows_on_a_tiny_model():
     logged = []
-    case = dict(name="tiny", model=TINY, batch=4, dtypes=("float32", "mixed_bfloat16"), timm_modes=("eager",),
-                agreement_images=12)  # fmt: skip
+    case = dict(
+        name="tiny",
+        model=TINY,
+        batch=4,
+        dtypes=("float32", "mixed_bfloat16"),
+        timm_modes=("eager",),
+        agreement_images=12,
+    )
     against = ("keras-hub", "timm") if keras.backend.backend() == "tensorflow" else ("timm",)
     rows = inference.run_case(case, against, repeats=5, log=logged.append)
     assert [(r["implementation"], r["mode"]) for r in rows] == (
@@ -163,11 +221,21 @@ def test_inference_and_training_rows_on_a_tiny_model():
     if keras.backend.backend() == "torch":  # its first run in a process differs in the 6th digit
         expected = pytest.approx(expected, rel=1e-4)  # (5.03229e-3, then 5.03224e-3); new weights: far more
     assert again[1]["max_logit_error"] == expected
-    case = dict(name="tiny", model=TINY, batch=8, steps_per_repeat=1, dtypes=("float32",), compilers=("xla", "graph"),
-                timm_modes=("eager",))  # fmt: skip
+    case = dict(
+        name="tiny",
+        model=TINY,
+        batch=8,
+        steps_per_repeat=1,
+        dtypes=("float32",),
+        compilers=("xla", "graph"),
+        timm_modes=("eager",),
+    )
     rows = training.run_case(case, ("timm",), repeats=5, log=lambda row: None)
     assert [(r["implementation"], r.get("compiler")) for r in rows] == [
-        ("keras_vit", "xla"), ("keras_vit", "graph"), ("timm", None)]  # fmt: skip
+        ("keras_vit", "xla"),
+        ("keras_vit", "graph"),
+        ("timm", None),
+    ]
     assert all(r["images_per_s"] > 0 and r["first_step_s"] > 0 and r["spread"] >= 0 for r in rows)
     fused = "FusedAdamW" if keras.backend.backend() == "tensorflow" else "AdamW"  # keras_vit.training's on TF
     assert [r["optimizer"] for r in rows] == [fused, fused, "torch AdamW"]
@@ -179,8 +247,15 @@ def test_inference_and_training_rows_on_a_tiny_model():
 )
 def test_serving_mode_rows_compute_what_keras_computes(base, mode, backend):
     # frozen: the graph with constant weights (TensorFlow); stateless: jax.jit of stateless_call
-    case = dict(name="tiny", model=TINY, batch=4, dtypes=("float32", "mixed_bfloat16"), compilers=(base, mode),
-                timm_modes=(), agreement_images=12)  # fmt: skip
+    case = dict(
+        name="tiny",
+        model=TINY,
+        batch=4,
+        dtypes=("float32", "mixed_bfloat16"),
+        compilers=(base, mode),
+        timm_modes=(),
+        agreement_images=12,
+    )
     if keras.backend.backend() != backend.lower():
         model = models.build_keras_vit(models.config_for(TINY))
         with pytest.raises(ValueError, match=f"needs the {backend} backend"):
@@ -189,7 +264,8 @@ def test_serving_mode_rows_compute_what_keras_computes(base, mode, backend):
     pytest.importorskip("keras_hub")  # a pinned dependency; absent on the GPU machine, which gets wheels by hand
     rows = inference.run_case(case, ("keras-hub",), repeats=5, log=lambda row: None)
     assert [(r["implementation"], r["mode"], r["compiler"]) for r in rows] == [
-        (i, d, c) for i in ("keras_vit", "keras-hub") for d in case["dtypes"] for c in case["compilers"]]
+        (i, d, c) for i in ("keras_vit", "keras-hub") for d in case["dtypes"] for c in case["compilers"]
+    ]
     assert all(r["images_per_s"] > 0 for r in rows)
     keras_mode, served = rows[2], rows[3]  # keras_vit bf16 against the float32 `base` logits
     assert keras_mode["max_logit_error"] > 0 and served["max_logit_error"] == keras_mode["max_logit_error"]
@@ -210,7 +286,9 @@ def test_training_rows_without_tensorflow(monkeypatch):
 
 @pytest.mark.tensorflow_only
 def test_litert_and_pipeline_rows():
-    rows = litert.run_case(dict(name="tiny", model=TINY, modes=("float32", "int8", "int8-mixed")), (), 5, lambda row: None)
+    rows = litert.run_case(
+        dict(name="tiny", model=TINY, modes=("float32", "int8", "int8-mixed")), (), 5, lambda row: None
+    )
     assert [r["mode"] for r in rows] == ["float32", "int8", "int8-mixed"]
     assert rows[1]["size_kb"] < 0.5 * rows[0]["size_kb"] and all(r["latency_ms"] > 0 for r in rows)
     # int8 softmax and GELU have no XNNPACK kernel; the attention matmuls do (symmetric operands).
@@ -242,13 +320,24 @@ def test_fma_peak_is_measured_when_a_compiler_is_there():
     assert all(0.25 * peak < r < 4.0 * peak for r in readings)  # the same kernel; load moves it some
 
 
-@pytest.mark.parametrize("cpuinfo, name, flags", [
-    ("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\nmodel name\t: AMD EPYC\n"
-     "flags\t\t: fpu avx2 fma\n\nprocessor\t: 1\ncpu family\t: 26\nmodel\t\t: 2\nmodel name\t: Other\n"
-     "flags\t\t: avx512f\n", "AMD EPYC, family 25 model 1", {"fpu", "avx2", "fma"}),
-    ("processor\t: 0\nBogoMIPS\t: 50.00\nFeatures\t: fp asimd bf16\nCPU implementer\t: 0x41\n\n",
-     "aarch64", {"fp", "asimd", "bf16"}),
-], ids=["x86", "arm"])  # fmt: skip
+@pytest.mark.parametrize(
+    "cpuinfo, name, flags",
+    [
+        (
+            "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\nmodel name\t: AMD EPYC\n"
+            "flags\t\t: fpu avx2 fma\n\nprocessor\t: 1\ncpu family\t: 26\nmodel\t\t: 2\nmodel name\t: Other\n"
+            "flags\t\t: avx512f\n",
+            "AMD EPYC, family 25 model 1",
+            {"fpu", "avx2", "fma"},
+        ),
+        (
+            "processor\t: 0\nBogoMIPS\t: 50.00\nFeatures\t: fp asimd bf16\nCPU implementer\t: 0x41\n\n",
+            "aarch64",
+            {"fp", "asimd", "bf16"},
+        ),
+    ],
+    ids=["x86", "arm"],
+)
 def test_the_machine_record_names_the_cpu_generation(cpuinfo, name, flags, monkeypatch):
     # "AMD EPYC" alone covers Zen 3, 4 and 5, whose results differ; the first processor speaks.
     from pathlib import Path
@@ -256,8 +345,9 @@ def test_the_machine_record_names_the_cpu_generation(cpuinfo, name, flags, monke
     from keras_vit import cpu
 
     real_read = Path.read_text
-    monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: cpuinfo if str(self) == "/proc/cpuinfo"
-                        else real_read(self, *a, **k))  # fmt: skip
+    monkeypatch.setattr(
+        Path, "read_text", lambda self, *a, **k: cpuinfo if str(self) == "/proc/cpuinfo" else real_read(self, *a, **k)
+    )
     monkeypatch.setattr(cpu.platform, "processor", lambda: "")
     monkeypatch.setattr(cpu.platform, "machine", lambda: "aarch64")
     monkeypatch.setattr(machine, "fma_peak_gflops", lambda threads, probe=None: None)
@@ -266,11 +356,16 @@ def test_the_machine_record_names_the_cpu_generation(cpuinfo, name, flags, monke
 
 
 def test_markdown_lists_rows_and_targets():
-    result = dict(suite="quick", backend="tensorflow", date="2026-11-22", repeats=5,
-                  machine=dict(cpu="X", threads=2, cores_visible=2, isa=["avx2"], fp32_fma_peak_gflops=100.0),
-                  versions={"keras": "3"}, results={"litert": [dict(case="c", implementation="keras_vit",
-                                                                   mode="int8", latency_ms=1.5, size_kb=10.0)]},
-                  targets=[dict(target="t", value=0.5, bar=0.35, met=False)])  # fmt: skip
+    result = dict(
+        suite="quick",
+        backend="tensorflow",
+        date="2026-11-22",
+        repeats=5,
+        machine=dict(cpu="X", threads=2, cores_visible=2, isa=["avx2"], fp32_fma_peak_gflops=100.0),
+        versions={"keras": "3"},
+        results={"litert": [dict(case="c", implementation="keras_vit", mode="int8", latency_ms=1.5, size_kb=10.0)]},
+        targets=[dict(target="t", value=0.5, bar=0.35, met=False)],
+    )
     text = report.markdown(result)
     assert "| c | keras_vit | int8 | 1.5 | 10 |" in text and "| t | 0.500 | 0.35 | NO |" in text
     assert "spread" not in text  # results written before rows had one
@@ -286,10 +381,16 @@ def test_gpu_rows_get_model_flops_utilisation(monkeypatch):
     # CPU-peak target for figures that came from the GPU.
     from keras_vit.benchmark import accelerator, runner
 
-    monkeypatch.setitem(suite.SUITES, "tiny-gpu", {
-        "inference": [dict(name="B/16-like tiny", model=TINY, batch=4, dtypes=("float32",), timm_modes=())],
-        "training": [dict(name="tiny training", model=TINY, batch=4, steps_per_repeat=1, dtypes=("float32",),
-                          timm_modes=())]})  # fmt: skip
+    monkeypatch.setitem(
+        suite.SUITES,
+        "tiny-gpu",
+        {
+            "inference": [dict(name="B/16-like tiny", model=TINY, batch=4, dtypes=("float32",), timm_modes=())],
+            "training": [
+                dict(name="tiny training", model=TINY, batch=4, steps_per_repeat=1, dtypes=("float32",), timm_modes=())
+            ],
+        },
+    )
     monkeypatch.setattr(accelerator, "describe", lambda backend: dict(name="Fake GPU", bf16_matmul_tflops=0.5))
     result = runner.run_suite("tiny-gpu", against=(), kinds=("inference", "training"), repeats=5, log=lambda row: None)
     rows = result["results"]["inference"] + result["results"]["training"]
@@ -303,8 +404,15 @@ def test_gpu_rows_get_model_flops_utilisation(monkeypatch):
 def test_timm_bf16_modes_left_out_where_torch_emulates_bf16(bf16_gflops, kept, monkeypatch):
     from keras_vit.benchmark import runner
 
-    monkeypatch.setitem(suite.SUITES, "tiny-cpu", {
-        "inference": [dict(name="tiny", model=TINY, batch=2, dtypes=("float32",), timm_modes=("eager", "eager_bf16"))]})
+    monkeypatch.setitem(
+        suite.SUITES,
+        "tiny-cpu",
+        {
+            "inference": [
+                dict(name="tiny", model=TINY, batch=2, dtypes=("float32",), timm_modes=("eager", "eager_bf16"))
+            ]
+        },
+    )
     monkeypatch.setattr(machine, "torch_cpu_matmul_gflops", lambda: {"float32": 130.0, "bfloat16": bf16_gflops})
     logged = []
     result = runner.run_suite("tiny-cpu", against=("timm",), kinds=("inference",), repeats=5, log=logged.append)

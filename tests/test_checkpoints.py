@@ -7,9 +7,9 @@ import struct
 import keras
 import numpy as np
 import pytest
+from conftest import images, perturb, tiny_config
 
 import keras_vit
-from conftest import images, perturb, tiny_config
 from keras_vit.checkpoints import CheckpointError, known
 from keras_vit.checkpoints.files import read_safetensors
 
@@ -20,10 +20,14 @@ def _logits(model, x):
 
 @pytest.mark.parametrize(
     "overrides",
-    [{}, {"classifier": "gap"}, {"representation_size": 24, "layer_scale_init": 0.1},
-     {"resnet_layers": (1, 2), "resnet_width": 32, "patch_size": 1, "image_size": 64}],
+    [
+        {},
+        {"classifier": "gap"},
+        {"representation_size": 24, "layer_scale_init": 0.1},
+        {"resnet_layers": (1, 2), "resnet_width": 32, "patch_size": 1, "image_size": 64},
+    ],
     ids=["token", "gap", "prelogits_layerscale", "hybrid"],
-)  # fmt: skip
+)
 def test_npz_round_trip_is_bit_exact(tmp_path, overrides):
     model = perturb(keras_vit.ViT(tiny_config(**overrides)))
     path = tmp_path / "model.npz"
@@ -68,8 +72,11 @@ def test_linen_names_and_big_vision_layouts_load(tmp_path):
     model = perturb(keras_vit.ViT(tiny_config(classifier="gap")))
     x = images()
     tensors = _official(model, tmp_path)
-    rename = {"MultiHeadDotProductAttention_1": "MultiHeadDotProductAttention_0", "LayerNorm_2": "LayerNorm_1",
-              "MlpBlock_3": "MlpBlock_0"}  # fmt: skip
+    rename = {
+        "MultiHeadDotProductAttention_1": "MultiHeadDotProductAttention_0",
+        "LayerNorm_2": "LayerNorm_1",
+        "MlpBlock_3": "MlpBlock_0",
+    }
 
     def linen(key):
         for old, new in rename.items():
@@ -115,16 +122,20 @@ def test_head_policy_and_one_log_line(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="keras_vit"):
         assert keras_vit.load_weights(same, path) == []
     assert not caplog.records
-    np.testing.assert_array_equal(keras.ops.convert_to_numpy(same.get_layer("head").kernel),
-                                  keras.ops.convert_to_numpy(source.get_layer("head").kernel))  # fmt: skip
+    np.testing.assert_array_equal(
+        keras.ops.convert_to_numpy(same.get_layer("head").kernel),
+        keras.ops.convert_to_numpy(source.get_layer("head").kernel),
+    )
     other = keras_vit.ViT(tiny_config(num_classes=3))
     with caplog.at_level(logging.WARNING, logger="keras_vit"):
         notes = keras_vit.load_weights(other, path)
     assert len(caplog.records) == 1 and "new zero head" in caplog.text and "pre-logits" in caplog.text
     assert len(notes) == 2
     assert not np.any(keras.ops.convert_to_numpy(other.get_layer("head").kernel))
-    np.testing.assert_array_equal(keras.ops.convert_to_numpy(other.get_layer("block_1").mlp.fc2.kernel),
-                                  keras.ops.convert_to_numpy(source.get_layer("block_1").mlp.fc2.kernel))  # fmt: skip
+    np.testing.assert_array_equal(
+        keras.ops.convert_to_numpy(other.get_layer("block_1").mlp.fc2.kernel),
+        keras.ops.convert_to_numpy(source.get_layer("block_1").mlp.fc2.kernel),
+    )
     headless = keras_vit.ViT(tiny_config(num_classes=0, representation_size=16))
     assert "dropped the checkpoint's 7-class head" in keras_vit.load_weights(headless, path)[0]
 
@@ -135,10 +146,12 @@ def test_higher_resolution_resamples_position_embeddings(tmp_path):
     big = keras_vit.ViT.from_preset("vit_ti16", weights=None, **tiny_config().to_dict() | {"image_size": 64})
     keras_vit.load_weights(big, tmp_path / "m.npz")
     expected = keras_vit.resample_position_embeddings(
-        keras.ops.convert_to_numpy(source.get_layer("position_embedding").embedding), (8, 8))
+        keras.ops.convert_to_numpy(source.get_layer("position_embedding").embedding), (8, 8)
+    )
     np.testing.assert_allclose(keras.ops.convert_to_numpy(big.get_layer("position_embedding").embedding), expected)
-    np.testing.assert_allclose(_logits(big, images(size=(64, 64))), _logits(source.resized(64), images(size=(64, 64))),
-                               atol=1e-6)  # fmt: skip
+    np.testing.assert_allclose(
+        _logits(big, images(size=(64, 64))), _logits(source.resized(64), images(size=(64, 64))), atol=1e-6
+    )
 
 
 def test_grayscale_model_sums_rgb_filters(tmp_path):
@@ -166,9 +179,18 @@ def _save(tmp_path, model, drop=None, add=None, reshape=None):
 @pytest.mark.parametrize(
     "edit, message",
     [
-        (dict(drop="Transformer/encoderblock_1/MlpBlock_3/Dense_1/bias"), r"missing tensor\(s\) for 'block_1/mlp/fc2/bias'"),
-        (dict(add={"Transformer/encoderblock_1/Extra_9/kernel": np.zeros(3)}), r"no place for: 'Transformer/encoderblock_1/Extra_9/kernel'"),
-        (dict(reshape="Transformer/encoder_norm/scale"), r"'encoder_norm/gamma' has shape \(63,\), the model expects \(64,\)"),
+        (
+            dict(drop="Transformer/encoderblock_1/MlpBlock_3/Dense_1/bias"),
+            r"missing tensor\(s\) for 'block_1/mlp/fc2/bias'",
+        ),
+        (
+            dict(add={"Transformer/encoderblock_1/Extra_9/kernel": np.zeros(3)}),
+            r"no place for: 'Transformer/encoderblock_1/Extra_9/kernel'",
+        ),
+        (
+            dict(reshape="Transformer/encoder_norm/scale"),
+            r"'encoder_norm/gamma' has shape \(63,\), the model expects \(64,\)",
+        ),
         (dict(drop="Transformer/encoderblock_1/LayerNorm_0/scale"), r"missing tensor\(s\) for 'block_1/norm1/gamma'"),
     ],
     ids=["missing", "extra", "wrong_shape", "missing_norm"],
@@ -216,7 +238,11 @@ def test_truncated_corrupt_and_unknown_files(tmp_path):
 def _write_safetensors(path, tensors, dtype="F32"):
     header, chunks, offset = {}, [], 0
     for name, value in tensors.items():
-        raw = value.astype(np.float32).tobytes() if dtype == "F32" else (value.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16).tobytes()
+        raw = (
+            value.astype(np.float32).tobytes()
+            if dtype == "F32"
+            else (value.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16).tobytes()
+        )
         header[name] = {"dtype": dtype, "shape": list(value.shape), "data_offsets": [offset, offset + len(raw)]}
         chunks.append(raw)
         offset += len(raw)
@@ -251,8 +277,11 @@ def test_known_names_offline_say_which_url_and_how_to_pass_the_file(tmp_path, mo
     assert preset == "vit_ti16" and url.startswith("https://storage.googleapis.com/vit_models/augreg/Ti_16-i21k")
     # Port 9 on loopback refuses at once: the same error path as an offline machine.
     monkeypatch.setitem(known.KNOWN_CHECKPOINTS, name, (preset, overrides, "http://127.0.0.1:9/Ti_16.npz"))
-    with pytest.raises(CheckpointError, match=r"cannot download 'vit_ti16.augreg_in21k_ft_in1k' from "
-                                              r"http://127.0.0.1:9/Ti_16.npz .*weights='/path/to/Ti_16.npz'"):  # fmt: skip
+    with pytest.raises(
+        CheckpointError,
+        match=r"cannot download 'vit_ti16.augreg_in21k_ft_in1k' from "
+        r"http://127.0.0.1:9/Ti_16.npz .*weights='/path/to/Ti_16.npz'",
+    ):
         keras_vit.ViT.from_preset("vit_ti16", weights=name)
 
 
@@ -285,13 +314,24 @@ def _timm_state_dict(model):
     t["patch_embed.proj.bias"] = w["patch_embedding/projection/bias"]
     for i in range(model.config.num_layers):
         keras_name, timm_name = f"block_{i}/", f"blocks.{i}."
-        pairs = {"norm1/gamma": "norm1.weight", "norm1/beta": "norm1.bias", "norm2/gamma": "norm2.weight",
-                 "norm2/beta": "norm2.bias", "attention/qkv/bias": "attn.qkv.bias",
-                 "attention/out/bias": "attn.proj.bias", "mlp/fc1/bias": "mlp.fc1.bias", "mlp/fc2/bias": "mlp.fc2.bias"}  # fmt: skip
+        pairs = {
+            "norm1/gamma": "norm1.weight",
+            "norm1/beta": "norm1.bias",
+            "norm2/gamma": "norm2.weight",
+            "norm2/beta": "norm2.bias",
+            "attention/qkv/bias": "attn.qkv.bias",
+            "attention/out/bias": "attn.proj.bias",
+            "mlp/fc1/bias": "mlp.fc1.bias",
+            "mlp/fc2/bias": "mlp.fc2.bias",
+        }
         for ours, theirs in pairs.items():
             t[timm_name + theirs] = w[keras_name + ours]
-        for ours, theirs in {"attention/qkv": "attn.qkv", "attention/out": "attn.proj", "mlp/fc1": "mlp.fc1",
-                             "mlp/fc2": "mlp.fc2"}.items():  # fmt: skip
+        for ours, theirs in {
+            "attention/qkv": "attn.qkv",
+            "attention/out": "attn.proj",
+            "mlp/fc1": "mlp.fc1",
+            "mlp/fc2": "mlp.fc2",
+        }.items():
             t[f"{timm_name}{theirs}.weight"] = w[f"{keras_name}{ours}/kernel"].T
     t["norm.weight"], t["norm.bias"] = w["encoder_norm/gamma"], w["encoder_norm/beta"]
     t["head.weight"], t["head.bias"] = w["head/kernel"].T, w["head/bias"]

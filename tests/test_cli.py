@@ -60,9 +60,9 @@ def test_console_script_help_and_presets():
 def test_convert_reads_the_architecture_off_the_checkpoint(tmp_path, capsys):
     import keras
     import numpy as np
+    from conftest import images, perturb, tiny_config
 
     import keras_vit
-    from conftest import images, perturb, tiny_config
 
     source = perturb(keras_vit.ViT(tiny_config()))
     keras_vit.save_npz(source, tmp_path / "src.npz")
@@ -73,8 +73,12 @@ def test_convert_reads_the_architecture_off_the_checkpoint(tmp_path, capsys):
     np.testing.assert_array_equal(np.asarray(converted(images())), np.asarray(source(images())))
     assert main(["convert", str(tmp_path / "src.npz"), str(out)]) == 2  # never overwrites silently
     assert "exists; pass --overwrite" in capsys.readouterr().err
-    assert main(["convert", str(tmp_path / "src.npz"), str(out), "--overwrite", "--image-size", "64",
-                 "--num-classes", "3"]) == 0  # fmt: skip
+    assert (
+        main(
+            ["convert", str(tmp_path / "src.npz"), str(out), "--overwrite", "--image-size", "64", "--num-classes", "3"]
+        )
+        == 0
+    )
     assert keras.saving.load_model(out).config.image_size == (64, 64)
 
 
@@ -82,7 +86,10 @@ def test_convert_reads_the_architecture_off_the_checkpoint(tmp_path, capsys):
     "argv, message",
     [
         (["convert", "/no/such.npz", "out.keras"], "checkpoint not found: /no/such.npz"),
-        (["convert", "vit_b16.augreg_in21k_ft_in1k_385", "out.keras"], "Close known names: vit_b16.augreg_in21k_ft_in1k_384"),
+        (
+            ["convert", "vit_b16.augreg_in21k_ft_in1k_385", "out.keras"],
+            "Close known names: vit_b16.augreg_in21k_ft_in1k_384",
+        ),
         (["convert", "x.npz", "out.h5"], "the output must be a .keras file"),
     ],
 )
@@ -95,9 +102,15 @@ def test_convert_bad_input(argv, message, capsys, tmp_path, monkeypatch):
 
 def test_help_and_argument_errors_answer_without_importing_keras():
     for argv in (["--help"], ["train", "--help"], ["export", "--help"], ["train", "--recipe", "nope"]):
-        result = subprocess.run([sys.executable, "-X", "importtime", "-m", "keras_vit_cli", *argv],
-                                capture_output=True, text=True, timeout=60)  # fmt: skip
-        imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if line.startswith("import time")}
+        result = subprocess.run(
+            [sys.executable, "-X", "importtime", "-m", "keras_vit_cli", *argv],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        imported = {
+            line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if line.startswith("import time")
+        }
         heavy = sorted(m for m in imported if m.split(".")[0] in ("keras", "tensorflow", "jax", "torch", "keras_vit"))
         assert imported and not heavy, (argv, heavy[:5])
         assert result.returncode == (2 if argv[-1] == "nope" else 0), argv

@@ -1,10 +1,10 @@
 import keras
 import numpy as np
 import pytest
+from conftest import images, perturb, sample_photos, tiny_config
 from PIL import Image
 
 import keras_vit
-from conftest import images, perturb, sample_photos, tiny_config
 from keras_vit import inspect, plot
 
 
@@ -65,10 +65,16 @@ def digits_model(tmp_path_factory):
     x = np.repeat(x, 3, axis=-1).astype("float32")
     y = digits.target
     keras.utils.set_random_seed(0)
-    model = keras_vit.ViT(keras_vit.ViTConfig(image_size=32, patch_size=8, hidden_size=64, num_layers=3,
-                                              num_heads=4, mlp_dim=128, num_classes=10))  # fmt: skip
-    model.compile(optimizer=keras.optimizers.Adam(3e-3),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])  # fmt: skip
+    model = keras_vit.ViT(
+        keras_vit.ViTConfig(
+            image_size=32, patch_size=8, hidden_size=64, num_layers=3, num_heads=4, mlp_dim=128, num_classes=10
+        )
+    )
+    model.compile(
+        optimizer=keras.optimizers.Adam(3e-3),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+    )
     model.fit(x[:1500], y[:1500], epochs=20, batch_size=32, verbose=0)
     accuracy = model.evaluate(x[1500:], y[1500:], verbose=0)[1]
     assert accuracy > 0.7, accuracy  # it learned (chance is 0.1): the maps below are of a real model
@@ -197,8 +203,13 @@ def test_inspect_command_writes_every_figure(digits_model, tmp_path):
     (run_dir / "best.keras").write_bytes(model_path.read_bytes())  # a run directory works too
     assert main(["inspect", str(run_dir), "--out", str(tmp_path / "figs"), "--format", "svg"]) == 0
     names = sorted(p.name for p in (tmp_path / "figs").iterdir())
-    assert names == ["attention_distance.svg", "class_token_attention.svg", "patch_embedding_components.svg",
-                     "position_similarity.svg", "rollout.svg"]  # fmt: skip
+    assert names == [
+        "attention_distance.svg",
+        "class_token_attention.svg",
+        "patch_embedding_components.svg",
+        "position_similarity.svg",
+        "rollout.svg",
+    ]
 
 
 @pytest.mark.tensorflow_only

@@ -30,12 +30,15 @@ def run(*command, backend="tensorflow", expect=0, timeout=600, cwd=None):
     # tensorflow_model_optimization (the export tests, maybe in this worker) sets for the process.
     env = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "TF_USE_LEGACY_KERAS")}
     env["KERAS_BACKEND"] = backend
-    result = subprocess.run([str(c) for c in command], capture_output=True, text=True, env=env, timeout=timeout,
-                            cwd=cwd)  # fmt: skip
+    result = subprocess.run(
+        [str(c) for c in command], capture_output=True, text=True, env=env, timeout=timeout, cwd=cwd
+    )
     if result.returncode != expect:
         tail = "\n".join((result.stdout + result.stderr).splitlines()[-25:])
-        pytest.fail(f"`{' '.join(map(str, command))}` (KERAS_BACKEND={backend}) exited {result.returncode}, "
-                    f"expected {expect}:\n{tail}")  # fmt: skip
+        pytest.fail(
+            f"`{' '.join(map(str, command))}` (KERAS_BACKEND={backend}) exited {result.returncode}, "
+            f"expected {expect}:\n{tail}"
+        )
     return result
 
 
@@ -78,12 +81,28 @@ def test_evaluate_and_predict_from_the_run_and_from_its_keras_file(journey):
     home, run_dir, images, trained = journey
     evaluated = json.loads(run(KERAS_VIT, "evaluate", run_dir).stdout.strip().splitlines()[-1])
     assert evaluated["top1"] == pytest.approx(json.loads(trained.stdout.strip().splitlines()[-1])["top1"], abs=1e-6)
-    on_file = json.loads(run(KERAS_VIT, "evaluate", run_dir / "best.keras", "--dataset", "digits").stdout.splitlines()[-1])
+    on_file = json.loads(
+        run(KERAS_VIT, "evaluate", run_dir / "best.keras", "--dataset", "digits").stdout.splitlines()[-1]
+    )
     assert on_file["top1"] == pytest.approx(evaluated["top1"], abs=1e-6)
     lines = run(KERAS_VIT, "predict", run_dir, *images, "--top-k", "1").stdout.strip().splitlines()
     assert [line.split(": ")[1].split()[0] for line in lines] == ["0", "1", "2"]
-    same = run(KERAS_VIT, "predict", run_dir / "best.keras", *images, "--top-k", "1", "--crop", "1",
-               "--labels", run_dir / "labels.txt").stdout.strip().splitlines()  # fmt: skip
+    same = (
+        run(
+            KERAS_VIT,
+            "predict",
+            run_dir / "best.keras",
+            *images,
+            "--top-k",
+            "1",
+            "--crop",
+            "1",
+            "--labels",
+            run_dir / "labels.txt",
+        )
+        .stdout.strip()
+        .splitlines()
+    )
     assert same == lines
 
 
@@ -113,15 +132,29 @@ def test_inspect_writes_every_figure(journey):
     home, run_dir, images, _ = journey
     written = run(KERAS_VIT, "inspect", run_dir, "--out", home / "figures", "--images", *images).stdout
     names = sorted(Path(line.removeprefix("wrote ")).stem for line in written.strip().splitlines())
-    assert names == ["attention_distance", "class_token_attention", "patch_embedding_components",
-                     "position_similarity", "rollout"]  # fmt: skip
+    assert names == [
+        "attention_distance",
+        "class_token_attention",
+        "patch_embedding_components",
+        "position_similarity",
+        "rollout",
+    ]
 
 
 @pytest.fixture(scope="module")
 def exported(journey):
     home, run_dir, _, _ = journey
-    out = run(KERAS_VIT, "export", run_dir, "--saved-model", home / "serving", "--tflite", home / "tflite",
-              "--quantize", *LITERT_MODES).stdout  # fmt: skip
+    out = run(
+        KERAS_VIT,
+        "export",
+        run_dir,
+        "--saved-model",
+        home / "serving",
+        "--tflite",
+        home / "tflite",
+        "--quantize",
+        *LITERT_MODES,
+    ).stdout
     return home, json.loads((home / "tflite" / "export_report.json").read_text()), out
 
 
@@ -145,7 +178,8 @@ def test_saved_model_answers_both_signatures_in_bare_tensorflow(exported, journe
         pixels = np.stack([np.asarray(Image.open(f).convert("RGB").resize((16, 16), Image.BILINEAR), np.float32)
                            for f in files])
         by_pixels = loaded.signatures["serving_default"](images=tf.constant(pixels))
-        by_bytes = loaded.signatures["serve_image_bytes"](image_bytes=tf.constant([open(f, "rb").read() for f in files]))
+        encoded = tf.constant([open(f, "rb").read() for f in files])
+        by_bytes = loaded.signatures["serve_image_bytes"](image_bytes=encoded)
         assert "keras_vit" not in sys.modules
         print(*[label.decode() for label in by_bytes["top_k_labels"].numpy()[:, 0]])
         print(*by_pixels["top_k_classes"].numpy()[:, 0])
@@ -170,7 +204,8 @@ def test_tflite_answers_in_ai_edge_litert_and_mediapipe(exported, journey):
             interpreter = Interpreter(model_path=path)
             interpreter.allocate_tensors()
             (inp,), (out,) = interpreter.get_input_details(), interpreter.get_output_details()
-            options = vision.ImageClassifierOptions(base_options=tasks.BaseOptions(model_asset_path=path), max_results=1)
+            base = tasks.BaseOptions(model_asset_path=path)
+            options = vision.ImageClassifierOptions(base_options=base, max_results=1)
             classifier = vision.ImageClassifier.create_from_options(options)
             litert, media = [], []
             for f in files:
@@ -197,8 +232,22 @@ def test_finetune_from_an_official_layout_npz_at_a_larger_resolution(journey):
         model = keras_vit.saving.load_model({str(run_dir)!r})
         keras_vit.save_npz(model, {str(npz)!r})
     """)
-    tuned = run(KERAS_VIT, "train", "--dataset", "digits", "--recipe", "finetune", "--weights", npz,
-                "--image-size", "24", "--epochs", "1", "--run-dir", home / "finetuned")  # fmt: skip
+    tuned = run(
+        KERAS_VIT,
+        "train",
+        "--dataset",
+        "digits",
+        "--recipe",
+        "finetune",
+        "--weights",
+        npz,
+        "--image-size",
+        "24",
+        "--epochs",
+        "1",
+        "--run-dir",
+        home / "finetuned",
+    )
     result = json.loads(tuned.stdout.strip().splitlines()[-1])
     # one epoch from random weights reaches about 20%; from the trained weights far more
     assert result["top1"] >= 0.9, result
@@ -212,12 +261,17 @@ def test_verbs_without_tensorflow_code_on_other_backends(journey, backend):
     summary = run(KERAS_VIT, "summary", "vit_ti16", "--image-size", "32", "--num-classes", "10", backend=backend)
     assert "parameters:" in summary.stdout
     npz = home / f"{backend}.npz"
-    python(f"import keras_vit; keras_vit.save_npz(keras_vit.saving.load_model({str(run_dir)!r}), {str(npz)!r})",
-           backend=backend)  # fmt: skip
+    python(
+        f"import keras_vit; keras_vit.save_npz(keras_vit.saving.load_model({str(run_dir)!r}), {str(npz)!r})",
+        backend=backend,
+    )
     converted = home / f"{backend}.keras"
     run(KERAS_VIT, "convert", npz, converted, backend=backend)
-    lines = run(KERAS_VIT, "predict", converted, *images, "--top-k", "1", "--crop", "1",
-                backend=backend).stdout.strip().splitlines()  # fmt: skip
+    lines = (
+        run(KERAS_VIT, "predict", converted, *images, "--top-k", "1", "--crop", "1", backend=backend)
+        .stdout.strip()
+        .splitlines()
+    )
     assert [line.split(": ")[1].split()[0] for line in lines] == ["0", "1", "2"]
     out = home / f"rollout_{backend}.png"
     run(KERAS_VIT, "visualize", run_dir, images[0], "--method", "rollout", "--out", out, backend=backend)

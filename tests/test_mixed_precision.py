@@ -1,9 +1,9 @@
 import keras
 import numpy as np
 import pytest
+from conftest import images, perturb, tiny_config
 
 import keras_vit
-from conftest import images, perturb, tiny_config
 
 
 @pytest.mark.parametrize("policy, tolerance", [("mixed_bfloat16", 0.1), ("mixed_float16", 0.02)])

@@ -1,10 +1,10 @@
 import keras
 import numpy as np
 import pytest
-
-import keras_vit
 from conftest import images, perturb, tiny_config
 from numpy_reference import vit_forward
+
+import keras_vit
 
 
 @pytest.mark.parametrize(
@@ -58,8 +58,10 @@ def test_odd_token_attention_padded_for_cudnn_equals_the_plain_one(monkeypatch):
     # The GPU-only training path (one masked padding token) gives the same context.
     from keras_vit.layers import attention
 
-    q, k, v = (keras.ops.convert_to_tensor(np.random.default_rng(i).normal(size=(2, 5, 3, 8)), dtype="bfloat16")
-               for i in range(3))  # fmt: skip
+    q, k, v = (
+        keras.ops.convert_to_tensor(np.random.default_rng(i).normal(size=(2, 5, 3, 8)), dtype="bfloat16")
+        for i in range(3)
+    )
     plain = attention._fused_attention(q, k, v, training=True)
     monkeypatch.setattr(attention, "_on_jax_gpu", lambda: True)
     padded = attention._fused_attention(q, k, v, training=True)
@@ -75,8 +77,10 @@ def test_bfloat16_inference_softmax_equals_the_float32_softmax_rounded():
     x = np.random.default_rng(3).standard_normal((2, 50, 64)).astype("float32") * 3
     inference, training = layer(x, training=False), layer(x, training=True)
     assert keras.backend.standardize_dtype(inference.dtype) == "bfloat16"
-    np.testing.assert_array_equal(keras.ops.convert_to_numpy(keras.ops.cast(inference, "float32")),
-                                  keras.ops.convert_to_numpy(keras.ops.cast(training, "float32")))  # fmt: skip
+    np.testing.assert_array_equal(
+        keras.ops.convert_to_numpy(keras.ops.cast(inference, "float32")),
+        keras.ops.convert_to_numpy(keras.ops.cast(training, "float32")),
+    )
     _, probs = layer(x, return_attention_scores=True)  # returned probabilities: float32 softmax
     assert keras.backend.standardize_dtype(probs.dtype) == "float32"
     np.testing.assert_allclose(keras.ops.convert_to_numpy(probs).sum(-1), 1.0, atol=1e-5)
@@ -246,8 +250,9 @@ def test_patch_matmul_equals_the_convolution(patch_size, channels):
     layer.build(x.shape)
     layer.projection.bias.assign(np.linspace(-1, 1, 24))
     conv = keras.ops.reshape(layer.projection(x), (2, -1, 24))
-    np.testing.assert_allclose(keras.ops.convert_to_numpy(layer._project_patches(x)),
-                               keras.ops.convert_to_numpy(conv), atol=1e-4, rtol=1e-5)
+    np.testing.assert_allclose(
+        keras.ops.convert_to_numpy(layer._project_patches(x)), keras.ops.convert_to_numpy(conv), atol=1e-4, rtol=1e-5
+    )
 
 
 def test_model_trains_with_fit():
@@ -255,8 +260,9 @@ def test_model_trains_with_fit():
     model = keras_vit.ViT(config)
     x = images(batch=8)
     y = np.array([0, 1] * 4)
-    model.compile(optimizer=keras.optimizers.Adam(1e-3),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.compile(
+        optimizer=keras.optimizers.Adam(1e-3), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    )
     before = model.evaluate(x, y, verbose=0)
     model.fit(x, y, epochs=15, batch_size=8, verbose=0)
     assert model.evaluate(x, y, verbose=0) < before

@@ -23,17 +23,29 @@ def _adamw(cls, **kwargs):
 
 CASES = {
     "adamw": (lambda cls: _adamw(cls), keras.optimizers.AdamW, FusedAdamW, "ResourceApplyAdam"),
-    "sgd-momentum": (lambda cls: cls(0.1, momentum=0.9, weight_decay=1e-3), keras.optimizers.SGD, FusedSGD,
-                     "ResourceApplyKerasMomentum"),
-    "sgd-nesterov": (lambda cls: cls(0.1, momentum=0.9, nesterov=True), keras.optimizers.SGD, FusedSGD,
-                     "ResourceApplyKerasMomentum"),
+    "sgd-momentum": (
+        lambda cls: cls(0.1, momentum=0.9, weight_decay=1e-3),
+        keras.optimizers.SGD,
+        FusedSGD,
+        "ResourceApplyKerasMomentum",
+    ),
+    "sgd-nesterov": (
+        lambda cls: cls(0.1, momentum=0.9, nesterov=True),
+        keras.optimizers.SGD,
+        FusedSGD,
+        "ResourceApplyKerasMomentum",
+    ),
     # the weight decay, applied inside the update step, still only on the steps that update
-    "adamw-accumulated": (lambda cls: _adamw(cls, gradient_accumulation_steps=2), keras.optimizers.AdamW, FusedAdamW,
-                          "ResourceApplyAdam"),
+    "adamw-accumulated": (
+        lambda cls: _adamw(cls, gradient_accumulation_steps=2),
+        keras.optimizers.AdamW,
+        FusedAdamW,
+        "ResourceApplyAdam",
+    ),
     # where the fused kernel does not apply, Keras's own update runs (after the same decay)
     "adamw-amsgrad": (lambda cls: _adamw(cls, amsgrad=True), keras.optimizers.AdamW, FusedAdamW, None),
     "sgd-plain": (lambda cls: cls(0.1, weight_decay=1e-2), keras.optimizers.SGD, FusedSGD, None),
-}  # fmt: skip
+}
 
 
 def _data():
@@ -44,8 +56,9 @@ def _data():
 def _trained(optimizer, jit_compile, epochs=1):
     keras.utils.set_random_seed(0)
     model = keras_vit.ViT(tiny_config(dropout_rate=0.0))
-    model.compile(optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  jit_compile=jit_compile)  # fmt: skip
+    model.compile(
+        optimizer=optimizer, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=jit_compile
+    )
     x, y = _data()
     model.fit(x, y, batch_size=4, epochs=epochs, shuffle=False, verbose=0)
     return model
@@ -77,7 +90,9 @@ def test_fused_optimizer_trains_a_vit_exactly_as_keras_does(case, jit_compile):
     for a, b in zip(reference.weights + reference.optimizer.variables, fused.weights + fused.optimizer.variables):
         np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-5, atol=2e-6, err_msg=a.path)
     # the weights moved: equal results are not two untouched models
-    assert not np.allclose(np.asarray(fused.weights[0]), np.asarray(_trained(make(fused_cls), jit_compile, 0).weights[0]))
+    assert not np.allclose(
+        np.asarray(fused.weights[0]), np.asarray(_trained(make(fused_cls), jit_compile, 0).weights[0])
+    )
     fused_ops, keras_ops = _update_op_types(make(fused_cls)), _update_op_types(make(keras_cls))
     if kernel:
         assert kernel in fused_ops and kernel not in keras_ops
@@ -85,10 +100,13 @@ def test_fused_optimizer_trains_a_vit_exactly_as_keras_does(case, jit_compile):
         assert not {"ResourceApplyAdam", "ResourceApplyKerasMomentum"} & fused_ops
 
 
-@pytest.mark.parametrize("cls, make, per_variable", [
-    (FusedAdamW, _adamw, 16),  # 13 (27 when each variable built its own scalars)
-    (FusedSGD, lambda cls: cls(0.1, momentum=0.9, weight_decay=1e-3), 10),  # 8 (13)
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "cls, make, per_variable",
+    [
+        (FusedAdamW, _adamw, 16),  # 13 (27 when each variable built its own scalars)
+        (FusedSGD, lambda cls: cls(0.1, momentum=0.9, weight_decay=1e-3), 10),  # 8 (13)
+    ],
+)
 def test_the_kernels_scalars_are_built_once_per_update(cls, make, per_variable):
     # the learning rate, betas and their powers: one set shared by every variable's kernel
     two, five = _update_ops(make(cls), 2), _update_ops(make(cls), 5)

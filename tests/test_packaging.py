@@ -12,7 +12,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_install_names_map_to_project_folders():
-    for name, folder in [("keras_vit", "keras_vit"), ("keras_vit.training", "training"), ("keras_vit.export", "export")]:
+    for name, folder in [
+        ("keras_vit", "keras_vit"),
+        ("keras_vit.training", "training"),
+        ("keras_vit.export", "export"),
+    ]:
         module = importlib.import_module(name)
         assert Path(module.__file__).resolve() == ROOT / folder / "__init__.py"
 
@@ -56,7 +60,9 @@ def test_import_asks_tensorflow_for_onednn(setting, enabled):
     leaves them off on AVX2-only CPUs) unless TF_ENABLE_ONEDNN_OPTS says otherwise."""
     env = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
     env.update({"KERAS_BACKEND": "tensorflow"}, **({"TF_ENABLE_ONEDNN_OPTS": setting} if setting else {}))
-    code = ("import os, keras_vit; from tensorflow.python.util import _pywrap_util_port as port; "
-            "print(os.environ['TF_ENABLE_ONEDNN_OPTS'], port.IsMklEnabled())")  # fmt: skip
+    code = (
+        "import os, keras_vit; from tensorflow.python.util import _pywrap_util_port as port; "
+        "print(os.environ['TF_ENABLE_ONEDNN_OPTS'], port.IsMklEnabled())"
+    )
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert out.split()[-2:] == [setting or "1", enabled]

@@ -8,10 +8,10 @@ swapped tensor shows), written to disk in their native formats, and compared on 
 import keras
 import numpy as np
 import pytest
-
-import keras_vit
 import torchvision_stub
 from conftest import perturb, sample_photos
+
+import keras_vit
 
 torch = pytest.importorskip("torch")
 torchvision_stub.install()  # before timm: see torchvision_stub.py
@@ -36,8 +36,15 @@ def max_diff(keras_model, reference_logits, pixels):
     return float(np.abs(keras.ops.convert_to_numpy(keras_model(pixels)) - reference_logits).max())
 
 
-@pytest.mark.parametrize("name, preset", [("vit_tiny_patch16_224", "vit_ti16"), ("vit_small_patch16_224", "vit_s16"),
-                                          ("vit_base_patch32_224", "vit_b32"), ("vit_base_r50_s16_224", "vit_r50_b16")])  # fmt: skip
+@pytest.mark.parametrize(
+    "name, preset",
+    [
+        ("vit_tiny_patch16_224", "vit_ti16"),
+        ("vit_small_patch16_224", "vit_s16"),
+        ("vit_base_patch32_224", "vit_b32"),
+        ("vit_base_r50_s16_224", "vit_r50_b16"),
+    ],
+)
 def test_timm_state_dicts(tmp_path, name, preset):
     from safetensors.torch import save_file
 
@@ -56,8 +63,15 @@ def test_timm_state_dicts(tmp_path, name, preset):
 
 def test_huggingface_vit_for_image_classification(tmp_path):
     transformers = pytest.importorskip("transformers")
-    config = transformers.ViTConfig(hidden_size=192, num_hidden_layers=4, num_attention_heads=3, intermediate_size=768,
-                                    image_size=224, patch_size=16, num_labels=10)  # fmt: skip
+    config = transformers.ViTConfig(
+        hidden_size=192,
+        num_hidden_layers=4,
+        num_attention_heads=3,
+        intermediate_size=768,
+        image_size=224,
+        patch_size=16,
+        num_labels=10,
+    )
     reference = perturbed(transformers.ViTForImageClassification(config))
     reference.save_pretrained(tmp_path / "hf")
     pixels = sample_photos(224)
@@ -70,8 +84,9 @@ def test_huggingface_vit_for_image_classification(tmp_path):
 
 def test_huggingface_vit_model_pooler_is_pre_logits(tmp_path):
     transformers = pytest.importorskip("transformers")
-    config = transformers.ViTConfig(hidden_size=192, num_hidden_layers=2, num_attention_heads=3, intermediate_size=768,
-                                    image_size=64, patch_size=16)  # fmt: skip
+    config = transformers.ViTConfig(
+        hidden_size=192, num_hidden_layers=2, num_attention_heads=3, intermediate_size=768, image_size=64, patch_size=16
+    )
     reference = perturbed(transformers.ViTModel(config))
     reference.save_pretrained(tmp_path / "hf")
     pixels = sample_photos(64)
@@ -101,8 +116,9 @@ def test_224_checkpoint_at_384_matches_timm_resampling(tmp_path):
 
     source = perturbed(timm.create_model("vit_tiny_patch16_224", pretrained=False))
     keras_224 = keras_vit.ViT.from_preset("vit_ti16")
-    keras_vit.checkpoints.assign(keras_224, keras_vit.checkpoints.timm.to_keras(
-        {k: v.numpy() for k, v in source.state_dict().items()}), "timm")  # fmt: skip
+    keras_vit.checkpoints.assign(
+        keras_224, keras_vit.checkpoints.timm.to_keras({k: v.numpy() for k, v in source.state_dict().items()}), "timm"
+    )
     keras_vit.save_npz(keras_224, tmp_path / "ti16_224.npz")
     reference = timm.create_model("vit_tiny_patch16_384", pretrained=False).eval()
     _load_weights(reference, str(tmp_path / "ti16_224.npz"))  # bilinear, no antialias

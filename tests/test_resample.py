@@ -1,9 +1,9 @@
 import keras
 import numpy as np
 import pytest
+from conftest import images, perturb, tiny_config
 
 import keras_vit
-from conftest import images, perturb, tiny_config
 from keras_vit import resample_position_embeddings
 
 

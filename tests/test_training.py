@@ -18,9 +18,9 @@ from PIL import Image
 pytestmark = pytest.mark.tensorflow_only  # tf.data and tf.distribute
 tf = pytest.importorskip("tensorflow")
 
-from keras_vit_cli import main  # noqa: E402
 from keras_vit.training import TrainConfig, TrainingError, datasets, fit, pipeline  # noqa: E402
 from keras_vit.training.recipes import WarmupDecay, peak_learning_rate  # noqa: E402
+from keras_vit_cli import main  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL_MODEL = dict(image_size=16, patch_size=4, hidden_size=32, num_layers=1, num_heads=2, mlp_dim=64)
@@ -47,7 +47,7 @@ def test_pipeline_is_deterministic_and_shapes(tmp_path):
         ds = pipeline.train_pipeline(source.train, source.num_train, config, (16, 16), 10, 8)
         return next(iter(ds))
 
-    (a, la), (b, lb) = first_batch(), first_batch()
+    (a, la), (b, _) = first_batch(), first_batch()
     np.testing.assert_array_equal(a.numpy(), b.numpy())
     assert a.shape == (8, 16, 16, 3) and la.shape == (8, 10)
     np.testing.assert_allclose(la.numpy().sum(-1), 1.0, atol=1e-5)  # mixed one-hot labels still sum to 1
@@ -64,8 +64,9 @@ def test_affine_augmentation_rotates_zooms_and_shifts_about_the_centre():
     np.testing.assert_allclose(still, resized, atol=1e-4)  # no motion: the resized image itself
     # scaled so that this seed's angle is a quarter turn: the bar lies on its side, same pixels
     draw = float(tf.random.stateless_uniform([4], seed, -1.0, 1.0)[0])
-    turned = pipeline.affine(image, (16, 16), seed, rotation=np.pi / 2 / abs(draw), scale=0.0, shear=0.0,
-                              shift=0.0).numpy()  # fmt: skip
+    turned = pipeline.affine(
+        image, (16, 16), seed, rotation=np.pi / 2 / abs(draw), scale=0.0, shear=0.0, shift=0.0
+    ).numpy()
     errors = [np.abs(turned - np.rot90(resized, k, axes=(0, 1))).max() for k in (1, -1)]
     assert min(errors) < 1e-3, errors
     # the same seed gives the same image; the default draws move it
@@ -78,24 +79,38 @@ def test_best_epoch_is_chosen_on_training_examples_never_on_the_evaluation_split
     labels = np.repeat(np.arange(10), 50)
     train, select, held_out = datasets._three_way_split(labels, 0.2, 0.1, seed=0)
     assert sorted(np.concatenate([train, select, held_out]).tolist()) == list(range(500))  # disjoint, complete
-    assert [np.bincount(labels[part]).tolist() for part in (train, select, held_out)] == [[36] * 10, [4] * 10, [10] * 10]
+    assert [np.bincount(labels[part]).tolist() for part in (train, select, held_out)] == [
+        [36] * 10,
+        [4] * 10,
+        [10] * 10,
+    ]
     source = datasets.digits(selection_fraction=0.1)
     assert (source.num_train, source.num_select, source.num_eval) == (1295, 143, 359)
-    seen = [{x.tobytes() + bytes([y]) for x, y in getattr(source, part).as_numpy_iterator()}
-            for part in ("train", "select", "eval")]  # fmt: skip
+    seen = [
+        {x.tobytes() + bytes([y]) for x, y in getattr(source, part).as_numpy_iterator()}
+        for part in ("train", "select", "eval")
+    ]
     assert len(set.union(*seen)) == sum(map(len, seen)) == 1797  # the digits images are all distinct
     assert datasets.digits().select is None  # the default: no selection split
 
 
-@pytest.mark.parametrize("split, fraction, expected", [
-    ("train", 0.1, ("train[:90%]", "train[90%:100%]")), ("train[:90%]", 0.1, ("train[:81%]", "train[81%:90%]")),
-    ("train", 0.001, ("train[:99%]", "train[99%:100%]")), ("train", 0.0, ("train", None))])  # fmt: skip
+@pytest.mark.parametrize(
+    "split, fraction, expected",
+    [
+        ("train", 0.1, ("train[:90%]", "train[90%:100%]")),
+        ("train[:90%]", 0.1, ("train[:81%]", "train[81%:90%]")),
+        ("train", 0.001, ("train[:99%]", "train[99%:100%]")),
+        ("train", 0.0, ("train", None)),
+    ],
+)
 def test_tfds_selection_split_is_cut_from_the_training_split(split, fraction, expected):
     assert datasets.selection_splits(split, fraction) == expected
 
 
 def test_tfds_selection_split_refuses_what_it_cannot_cut():
-    with pytest.raises(ValueError, match=r"cannot hold a selection split out of .*'train\[10%:\]'.*--selection-fraction 0"):
+    with pytest.raises(
+        ValueError, match=r"cannot hold a selection split out of .*'train\[10%:\]'.*--selection-fraction 0"
+    ):
         datasets.selection_splits("train[10%:]", 0.1)
     with pytest.raises(ValueError, match="leaves nothing of 'train\\[:1%\\]' to train on"):
         datasets.selection_splits("train[:1%]", 0.5)
@@ -122,11 +137,19 @@ def _write_folder(root):
         for i in range(6):
             pixels = (rng.uniform(0, 255, (20 + i, 24, 3)) * (0.5 + c / 2)).astype("uint8")
             image = Image.fromarray(pixels)
-            [image.convert("L").save(folder / f"{i}.png") if i == 0 else
-             image.convert("CMYK").save(folder / f"{i}.jpg") if i == 1 else
-             image.convert("RGBA").save(folder / f"{i}.png") if i == 2 else
-             image.convert("P").save(folder / f"{i}.gif") if i == 3 else
-             image.save(folder / f"{i}.bmp") if i == 4 else image.save(folder / f"{i}.jpg")]  # fmt: skip
+            [
+                image.convert("L").save(folder / f"{i}.png")
+                if i == 0
+                else image.convert("CMYK").save(folder / f"{i}.jpg")
+                if i == 1
+                else image.convert("RGBA").save(folder / f"{i}.png")
+                if i == 2
+                else image.convert("P").save(folder / f"{i}.gif")
+                if i == 3
+                else image.save(folder / f"{i}.bmp")
+                if i == 4
+                else image.save(folder / f"{i}.jpg")
+            ]
     (root / "cat" / "truncated.jpg").write_bytes((root / "cat" / "5.jpg").read_bytes()[:200])
     (root / "dog" / "not_an_image.png").write_bytes(b"hello")
     (root / "dog" / "notes.txt").write_text("ignored")
@@ -139,8 +162,17 @@ def test_image_folder_skips_corrupt_files_and_trains(tmp_path, caplog):
     assert source.class_names == ["cat", "dog"] and (source.num_train, source.num_select, source.num_eval) == (8, 0, 4)
     shapes = [image.shape for image, _ in source.train.as_numpy_iterator()]
     assert all(s[-1] == 3 for s in shapes)  # grayscale, CMYK, RGBA, palette -> RGB
-    result = fit(TrainConfig(dataset=str(tmp_path / "data"), run_dir=str(tmp_path / "run"), model=SMALL_MODEL,
-                             epochs=1, batch_size=4, validation_fraction=0.34), verbose=0)  # fmt: skip
+    result = fit(
+        TrainConfig(
+            dataset=str(tmp_path / "data"),
+            run_dir=str(tmp_path / "run"),
+            model=SMALL_MODEL,
+            epochs=1,
+            batch_size=4,
+            validation_fraction=0.34,
+        ),
+        verbose=0,
+    )
     assert result["num_examples"] == source.num_eval
 
 
@@ -150,13 +182,24 @@ def test_tfds_pipelines_with_mock_data(tmp_path, monkeypatch, name, split):
 
     monkeypatch.setattr(datasets, "network_available", lambda: True)  # tfds's mock stands in for the download
     with tfds.testing.mock_data(num_examples=12):
-        source = datasets.tfds_source(name, train_split=f"{split}[:75%]", eval_split=f"{split}[75%:]",
-                                      selection_fraction=0.1)  # fmt: skip
+        source = datasets.tfds_source(
+            name, train_split=f"{split}[:75%]", eval_split=f"{split}[75%:]", selection_fraction=0.1
+        )
         assert len(source.class_names) == {"cifar10": 10, "oxford_flowers102": 102}[name]
         assert source.select is not None and source.num_select > 0  # (tfds's mock ignores split slices)
-        result = fit(TrainConfig(dataset=f"tfds:{name}", run_dir=str(tmp_path / "run"), model=SMALL_MODEL,
-                                 train_split=f"{split}[:75%]", eval_split=f"{split}[75%:]", epochs=1,
-                                 batch_size=4, selection_fraction=0.1), verbose=0)  # fmt: skip
+        result = fit(
+            TrainConfig(
+                dataset=f"tfds:{name}",
+                run_dir=str(tmp_path / "run"),
+                model=SMALL_MODEL,
+                train_split=f"{split}[:75%]",
+                eval_split=f"{split}[75%:]",
+                epochs=1,
+                batch_size=4,
+                selection_fraction=0.1,
+            ),
+            verbose=0,
+        )
     assert result["num_examples"] == source.num_eval > 0 and result["selected_on"] == source.num_select
 
 
@@ -176,8 +219,10 @@ def test_tfds_offline_and_unknown_fail_fast(monkeypatch, tmp_path):
         (["--dataset", "/no/such/folder"], "unknown dataset '/no/such/folder'"),
         (["--dataset", "tfds:imagenett"], "did you mean tfds:imagenette"),
         (["--selection-fraction", "1"], "selection_fraction must be in [0, 1); got 1.0"),
-        (["--recipe", "pretrain", "--preset", "vit_ti16", "--image-size", "230", "--dataset", "digits"],
-         "image height 230 is not divisible by patch size 16"),  # fmt: skip
+        (
+            ["--recipe", "pretrain", "--preset", "vit_ti16", "--image-size", "230", "--dataset", "digits"],
+            "image height 230 is not divisible by patch size 16",
+        ),
     ],
 )
 def test_train_bad_input_one_line(argv, message, tmp_path, capsys):
@@ -230,22 +275,33 @@ def test_xla_is_off_by_default_on_cpu_only_machines_and_on_when_asked(tmp_path, 
 
     parse = build_parser().parse_args
     assert [parse(["train", *flag]).jit_compile for flag in ([], ["--jit-compile"], ["--no-jit-compile"])] == [
-        None, True, False]  # fmt: skip
+        None,
+        True,
+        False,
+    ]
     caplog.set_level(logging.INFO, logger="keras_vit")
     default = ", XLA" if tf.config.list_physical_devices("GPU") else "graph mode (no XLA)"
     for jit_compile, expected in ((None, default), (True, ", XLA")):
         caplog.clear()
-        fit(TrainConfig(run_dir=str(tmp_path / str(jit_compile)), model=SMALL_MODEL, epochs=1, jit_compile=jit_compile),
-            verbose=0)  # fmt: skip
+        fit(
+            TrainConfig(run_dir=str(tmp_path / str(jit_compile)), model=SMALL_MODEL, epochs=1, jit_compile=jit_compile),
+            verbose=0,
+        )
         assert expected in caplog.text, caplog.text
 
 
-
-@pytest.mark.parametrize("bf16_instructions, precision, prefers", [
-    (False, "mixed_bfloat16", True), (None, "mixed_bfloat16", False), (True, "mixed_bfloat16", False),
-    (False, "float32", False)])  # fmt: skip
-def test_cpu_without_bf16_instructions_trains_mixed_bfloat16_under_xla(bf16_instructions, precision, prefers,
-                                                                     monkeypatch):  # fmt: skip
+@pytest.mark.parametrize(
+    "bf16_instructions, precision, prefers",
+    [
+        (False, "mixed_bfloat16", True),
+        (None, "mixed_bfloat16", False),
+        (True, "mixed_bfloat16", False),
+        (False, "float32", False),
+    ],
+)
+def test_cpu_without_bf16_instructions_trains_mixed_bfloat16_under_xla(
+    bf16_instructions, precision, prefers, monkeypatch
+):
     from keras_vit.training import strategy
 
     if tf.config.list_physical_devices("GPU"):
@@ -260,13 +316,20 @@ def test_cpu_bf16_instructions_read_from_cpuinfo(monkeypatch, tmp_path):
 
     assert cpu.has_bf16_instructions() in (True, False, None)  # this machine, whatever it has
     real_read = Path.read_text
-    for machine, flags, expected in (("x86_64", "flags\t\t: fpu avx2 avx512f avx512_bf16", True),
-                                     ("x86_64", "flags\t\t: fpu avx2 fma", False),
-                                     ("aarch64", "Features\t: fp asimd sve bf16 i8mm", True),
-                                     ("aarch64", "Features\t: fp asimd", False)):  # fmt: skip
+    for machine, flags, expected in (
+        ("x86_64", "flags\t\t: fpu avx2 avx512f avx512_bf16", True),
+        ("x86_64", "flags\t\t: fpu avx2 fma", False),
+        ("aarch64", "Features\t: fp asimd sve bf16 i8mm", True),
+        ("aarch64", "Features\t: fp asimd", False),
+    ):
         monkeypatch.setattr(cpu.platform, "machine", lambda m=machine: m)
-        monkeypatch.setattr(Path, "read_text", lambda self, *a, f=flags, **k: f"processor\t: 0\n{f}\n"
-                            if str(self) == "/proc/cpuinfo" else real_read(self, *a, **k))  # fmt: skip
+        monkeypatch.setattr(
+            Path,
+            "read_text",
+            lambda self, *a, f=flags, **k: (
+                f"processor\t: 0\n{f}\n" if str(self) == "/proc/cpuinfo" else real_read(self, *a, **k)
+            ),
+        )
         assert cpu.has_bf16_instructions() is expected, (machine, flags)
 
     def unreadable(self, *args, **kwargs):
@@ -274,6 +337,7 @@ def test_cpu_bf16_instructions_read_from_cpuinfo(monkeypatch, tmp_path):
 
     monkeypatch.setattr(Path, "read_text", unreadable)
     assert cpu.cpu_flags() is None and cpu.has_bf16_instructions() is None  # graph mode stays the default
+
 
 def test_yaml_config_with_flag_override(tmp_path):
     path = tmp_path / "train.yaml"
@@ -287,8 +351,14 @@ def test_yaml_config_with_flag_override(tmp_path):
 
 def _run_cli(args, env_extra=None):
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", **(env_extra or {})}
-    return subprocess.Popen([sys.executable, "-m", "keras_vit_cli", *args], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-m", "keras_vit_cli", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def test_killed_run_resumes_and_finishes(tmp_path):
@@ -333,7 +403,7 @@ def build(c, n):
     captured["model"] = original(c, n)
     return captured["model"]
 run._build_model = build
-fit(TrainConfig(run_dir={str(tmp_path / 'run')!r}, model={SMALL_MODEL!r}, epochs=1, strategy="mirrored"), verbose=0)
+fit(TrainConfig(run_dir={str(tmp_path / "run")!r}, model={SMALL_MODEL!r}, epochs=1, strategy="mirrored"), verbose=0)
 model = captured["model"]
 replicas = [v for v in model.trainable_variables]
 values = [[np.asarray(x) for x in v.value.values] if hasattr(v.value, "values") else None for v in replicas]
@@ -341,8 +411,14 @@ assert all(vals is not None and len(vals) == 2 for vals in values), "not mirrore
 assert all(np.array_equal(vals[0], vals[1]) for vals in values), "replicas differ"
 print("REPLICAS-IDENTICAL", len(values))
 """
-    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=600,
-                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
     assert "REPLICAS-IDENTICAL" in result.stdout, (result.stdout + result.stderr)[-3000:]
 
 
@@ -361,9 +437,24 @@ def _free_ports(count):
 def _two_workers(run_dir, patch):
     ports = _free_ports(2)
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    jobs = [subprocess.Popen([sys.executable, str(ROOT / "tests" / "multi_worker_job.py"), str(i), ports, str(run_dir),
-                              "1" if patch else "0"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True) for i in range(2)]  # fmt: skip
+    jobs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(ROOT / "tests" / "multi_worker_job.py"),
+                str(i),
+                ports,
+                str(run_dir),
+                "1" if patch else "0",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(2)
+    ]
     return [job.communicate(timeout=300)[0] for job in jobs]
 
 

@@ -31,8 +31,11 @@ class AtomicCheckpoint(keras.callbacks.Callback):
         log = self.run_dir / "log.csv"
         if self.monitor is not None and log.is_file():
             with log.open(newline="") as file:
-                values = [float(row[self.monitor]) for row in csv.DictReader(file)
-                          if row.get(self.monitor) not in (None, "", "NA")]  # fmt: skip
+                values = [
+                    float(row[self.monitor])
+                    for row in csv.DictReader(file)
+                    if row.get(self.monitor) not in (None, "", "NA")
+                ]
             self.best = max([v for v in values if math.isfinite(v)], default=self.best)
 
     def on_epoch_end(self, epoch, logs=None):

@@ -2,7 +2,6 @@
 
 import dataclasses
 from pathlib import Path
-from typing import Optional
 
 from keras_vit.config import check_fields, to_plain_dict
 
@@ -17,8 +16,9 @@ EVAL_CROP = 0.875  # evaluation: resize to size / 0.875, then centre-crop (Incep
 # 2x2 original pixels (patch 4) pooled by their mean. With the class token instead, seed 0 had 13
 # errors of 359 against 4 (100 epochs); 64 tokens (patch 2) cost twice as much per epoch
 # (README, "Data").
-DIGITS_MODEL = dict(image_size=16, patch_size=4, hidden_size=96, num_layers=4, num_heads=4, mlp_dim=192,
-                    classifier="gap")
+DIGITS_MODEL = dict(
+    image_size=16, patch_size=4, hidden_size=96, num_layers=4, num_heads=4, mlp_dim=192, classifier="gap"
+)
 
 
 @dataclasses.dataclass
@@ -35,41 +35,46 @@ class TrainConfig:
 
     dataset: str = "digits"
     run_dir: str = "runs/digits"
-    train_split: Optional[str] = None
-    eval_split: Optional[str] = None
+    train_split: str | None = None
+    eval_split: str | None = None
     validation_fraction: float = 0.2
     selection_fraction: float = 0.0  # of the training examples, held out to choose best.keras; 0: last epoch
-    preset: Optional[str] = None
+    preset: str | None = None
     model: dict = dataclasses.field(default_factory=dict)
-    weights: Optional[str] = None
+    weights: str | None = None
     recipe: str = "pretrain"
-    epochs: Optional[int] = None
+    epochs: int | None = None
     batch_size: int = 32  # per replica
-    global_batch_size: Optional[int] = None  # instead of batch_size: split over the replicas
-    learning_rate: Optional[float] = None  # for a global batch of base_batch_size
-    base_batch_size: Optional[int] = None  # lr scales linearly: lr * global_batch / base_batch_size
-    weight_decay: Optional[float] = None
+    global_batch_size: int | None = None  # instead of batch_size: split over the replicas
+    learning_rate: float | None = None  # for a global batch of base_batch_size
+    base_batch_size: int | None = None  # lr scales linearly: lr * global_batch / base_batch_size
+    weight_decay: float | None = None
     warmup_fraction: float = 0.1
     decay: str = "cosine"
-    clip_norm: Optional[float] = None
-    label_smoothing: Optional[float] = None  # default 0 (0.1 for digits)
-    randaugment: Optional[float] = None  # RandAugment strength in (0, 1] (2 ops per image); None = off
+    clip_norm: float | None = None
+    label_smoothing: float | None = None  # default 0 (0.1 for digits)
+    randaugment: float | None = None  # RandAugment strength in (0, 1] (2 ops per image); None = off
     mixup: float = 0.0  # Beta(alpha, alpha) mixing of image pairs; 0 = off
     cutmix: float = 0.0
-    augment: Optional[str] = None  # "inception" (random resized crop; default), "translate" or "affine" (digits)
+    augment: str | None = None  # "inception" (random resized crop; default), "translate" or "affine" (digits)
     crop_scale: tuple = (0.08, 1.0)  # area range of the Inception-style crop
-    flip: Optional[bool] = None  # horizontal flips; default on (off for digits)
+    flip: bool | None = None  # horizontal flips; default on (off for digits)
     strategy: str = "auto"
-    tpu: Optional[str] = None
+    tpu: str | None = None
     precision: str = "float32"
-    jit_compile: Optional[bool] = None  # XLA; None: on GPUs, TPUs and JAX, off on TensorFlow CPUs (see strategy.py)
+    jit_compile: bool | None = None  # XLA; None: on GPUs, TPUs and JAX, off on TensorFlow CPUs (see strategy.py)
     steps_per_execution: int = 1
     seed: int = 0
 
     def __post_init__(self):
         self.crop_scale = tuple(float(v) for v in self.crop_scale)
-        for name, choices in (("recipe", RECIPES), ("strategy", STRATEGIES), ("precision", PRECISIONS),
-                              ("decay", DECAYS), ("augment", AUGMENTS + (None,))):  # fmt: skip
+        for name, choices in (
+            ("recipe", RECIPES),
+            ("strategy", STRATEGIES),
+            ("precision", PRECISIONS),
+            ("decay", DECAYS),
+            ("augment", AUGMENTS + (None,)),
+        ):
             if getattr(self, name) not in choices:
                 raise ValueError(f"unknown {name} {getattr(self, name)!r}; choose from {', '.join(choices)}.")
         if self.batch_size < 1 or (self.epochs is not None and self.epochs < 1):
@@ -102,8 +107,15 @@ class TrainConfig:
             c.model = {**DIGITS_MODEL, **c.model} if c.preset is None else c.model
             # No flips (a mirrored digit is another symbol) and no crops (an 8x8 digit has no
             # border to spare): small rotations, zooms, shears and shifts, as handwriting varies.
-            defaults = dict(epochs=70, learning_rate=1e-3, base_batch_size=32, weight_decay=0.05, flip=False,
-                            augment="affine", label_smoothing=0.1)  # fmt: skip
+            defaults = dict(
+                epochs=70,
+                learning_rate=1e-3,
+                base_batch_size=32,
+                weight_decay=0.05,
+                flip=False,
+                augment="affine",
+                label_smoothing=0.1,
+            )
         elif c.recipe == "pretrain":
             # The paper: Adam(0.9, 0.999), weight decay 0.1, lr 1e-3 for batch 4096 (scaled below).
             defaults = dict(epochs=300, learning_rate=1e-3, base_batch_size=4096, weight_decay=0.1)

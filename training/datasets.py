@@ -12,7 +12,6 @@ import logging
 import re
 import socket
 from pathlib import Path
-from typing import Optional
 
 import numpy as np
 import tensorflow as tf
@@ -28,7 +27,7 @@ class Source:
     class_names: list
     num_train: int
     num_eval: int
-    select: Optional[tf.data.Dataset] = None  # None: no selection split (best.keras is the last epoch)
+    select: tf.data.Dataset | None = None  # None: no selection split (best.keras is the last epoch)
     num_select: int = 0
 
 
@@ -41,8 +40,9 @@ def load(config):
     path = Path(config.dataset)
     if path.is_dir():
         return folder(path, config.validation_fraction, config.seed, config.selection_fraction)
-    raise ValueError(f"unknown dataset {config.dataset!r}: use 'digits', 'tfds:NAME' or an image folder "
-                     "(one sub-folder per class).")  # fmt: skip
+    raise ValueError(
+        f"unknown dataset {config.dataset!r}: use 'digits', 'tfds:NAME' or an image folder (one sub-folder per class)."
+    )
 
 
 def digits(validation_fraction=0.2, seed=0, selection_fraction=0.0):
@@ -58,8 +58,15 @@ def digits(validation_fraction=0.2, seed=0, selection_fraction=0.0):
     def dataset(index):
         return tf.data.Dataset.from_tensor_slices((images[index], data.target[index]))
 
-    return Source(dataset(train), dataset(held_out), [str(d) for d in range(10)], len(train), len(held_out),
-                  dataset(select) if len(select) else None, len(select))  # fmt: skip
+    return Source(
+        dataset(train),
+        dataset(held_out),
+        [str(d) for d in range(10)],
+        len(train),
+        len(held_out),
+        dataset(select) if len(select) else None,
+        len(select),
+    )
 
 
 def folder(path, validation_fraction=0.2, seed=0, selection_fraction=0.0):
@@ -92,8 +99,15 @@ def folder(path, validation_fraction=0.2, seed=0, selection_fraction=0.0):
         paths = tf.data.Dataset.from_tensor_slices((files[index], labels[index]))
         return paths.map(lambda f, y: (_decode_file(f), y), num_parallel_calls=tf.data.AUTOTUNE)
 
-    return Source(dataset(train), dataset(held_out), classes, len(train), len(held_out),
-                  dataset(select) if len(select) else None, len(select))  # fmt: skip
+    return Source(
+        dataset(train),
+        dataset(held_out),
+        classes,
+        len(train),
+        len(held_out),
+        dataset(select) if len(select) else None,
+        len(select),
+    )
 
 
 def tfds_source(name, train_split=None, eval_split=None, selection_fraction=0.0):
@@ -111,11 +125,16 @@ def tfds_source(name, train_split=None, eval_split=None, selection_fraction=0.0)
     builder = tfds.builder(name, try_gcs=False)
     if not builder.is_prepared():
         if not network_available():
-            manual = " (it needs a manual download into ~/tensorflow_datasets/downloads/manual)" \
-                if getattr(builder, "MANUAL_DOWNLOAD_INSTRUCTIONS", None) else ""  # fmt: skip
-            raise ValueError(f"tfds:{name} is not prepared in {builder.data_dir} and this machine is offline; "
-                             f"run `tfds build {name}` where there is internet{manual} and copy the "
-                             "tensorflow_datasets folder here (or set TFDS_DATA_DIR).")  # fmt: skip
+            manual = (
+                " (it needs a manual download into ~/tensorflow_datasets/downloads/manual)"
+                if getattr(builder, "MANUAL_DOWNLOAD_INSTRUCTIONS", None)
+                else ""
+            )
+            raise ValueError(
+                f"tfds:{name} is not prepared in {builder.data_dir} and this machine is offline; "
+                f"run `tfds build {name}` where there is internet{manual} and copy the "
+                "tensorflow_datasets folder here (or set TFDS_DATA_DIR)."
+            )
         builder.download_and_prepare()
     names = builder.info.features["label"].names
     splits = list(builder.info.splits.keys())
@@ -149,9 +168,11 @@ def selection_splits(train_split, fraction):
         return train_split, None
     match = re.fullmatch(r"(\w+)(?:\[:(\d+)%\])?", train_split)
     if not match:
-        raise ValueError(f"cannot hold a selection split out of the tfds split {train_split!r}: use a split "
-                         "like 'train' or 'train[:90%]', or no selection split (--selection-fraction 0: best.keras "
-                         "is then the last epoch).")  # fmt: skip
+        raise ValueError(
+            f"cannot hold a selection split out of the tfds split {train_split!r}: use a split "
+            "like 'train' or 'train[:90%]', or no selection split (--selection-fraction 0: best.keras "
+            "is then the last epoch)."
+        )
     name, end = match.group(1), int(match.group(2) or 100)
     cut = end - max(1, round(end * fraction))
     if cut < 1:

@@ -31,7 +31,11 @@ def patch_symbolic_build(model):
     strategy = model.distribute_strategy
 
     def local(value):
-        return strategy.experimental_local_results(value)[0] if isinstance(value, tf.distribute.DistributedValues) else value
+        return (
+            strategy.experimental_local_results(value)[0]
+            if isinstance(value, tf.distribute.DistributedValues)
+            else value
+        )
 
     def maybe_symbolic_build(iterator=None, data_batch=None):
         if iterator is not None:

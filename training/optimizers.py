@@ -120,12 +120,17 @@ class FusedAdamW(_DecayInUpdateStep, _SavedDecayExclusions, keras.optimizers.Ada
 
         step = scalar("step", lambda: self.iterations + 1)
         tf.raw_ops.ResourceApplyAdam(
-            var=_handle(variable), m=_handle(self._momentums[index]), v=_handle(self._velocities[index]),
+            var=_handle(variable),
+            m=_handle(self._momentums[index]),
+            v=_handle(self._velocities[index]),
             beta1_power=scalar("beta1_power", lambda: tf.pow(tf.cast(self.beta_1, step.dtype), step)),
             beta2_power=scalar("beta2_power", lambda: tf.pow(tf.cast(self.beta_2, step.dtype), step)),
-            lr=scalar("lr", lambda: learning_rate), beta1=scalar("beta1", lambda: self.beta_1),
-            beta2=scalar("beta2", lambda: self.beta_2), epsilon=scalar("epsilon", lambda: self.epsilon),
-            grad=tf.cast(gradient, variable.dtype))  # fmt: skip
+            lr=scalar("lr", lambda: learning_rate),
+            beta1=scalar("beta1", lambda: self.beta_1),
+            beta2=scalar("beta2", lambda: self.beta_2),
+            epsilon=scalar("epsilon", lambda: self.epsilon),
+            grad=tf.cast(gradient, variable.dtype),
+        )
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -140,6 +145,10 @@ class FusedSGD(_DecayInUpdateStep, _SavedDecayExclusions, keras.optimizers.SGD):
             return super().update_step(gradient, variable, learning_rate)
         momentum = self.momentums[self._get_variable_index(variable)]
         tf.raw_ops.ResourceApplyKerasMomentum(
-            var=_handle(variable), accum=_handle(momentum), lr=self._scalar("lr", variable, lambda: learning_rate),
-            grad=tf.cast(gradient, variable.dtype), momentum=self._scalar("momentum", variable, lambda: self.momentum),
-            use_nesterov=self.nesterov)  # fmt: skip
+            var=_handle(variable),
+            accum=_handle(momentum),
+            lr=self._scalar("lr", variable, lambda: learning_rate),
+            grad=tf.cast(gradient, variable.dtype),
+            momentum=self._scalar("momentum", variable, lambda: self.momentum),
+            use_nesterov=self.nesterov,
+        )

@@ -35,14 +35,16 @@ def train_pipeline(source_ds, num_examples, config, image_size, num_classes, glo
     if config.randaugment:
         import keras
 
-        rand_augment = keras.layers.RandAugment(value_range=(0, 255), num_ops=2, factor=config.randaugment,
-                                                seed=config.seed)  # fmt: skip
+        rand_augment = keras.layers.RandAugment(
+            value_range=(0, 255), num_ops=2, factor=config.randaugment, seed=config.seed
+        )
         ds = ds.map(lambda x, y: (rand_augment(x, training=True), y), num_parallel_calls=AUTOTUNE)
     ds = ds.batch(global_batch, drop_remainder=True)
     if config.mixup > 0 or config.cutmix > 0:
         mix_seeds = tf.data.Dataset.random(seed=config.seed + 1).batch(2)
-        ds = tf.data.Dataset.zip((ds, mix_seeds)).map(lambda b, s: mix(b, s, config.mixup, config.cutmix),
-                                                       num_parallel_calls=AUTOTUNE)  # fmt: skip
+        ds = tf.data.Dataset.zip((ds, mix_seeds)).map(
+            lambda b, s: mix(b, s, config.mixup, config.cutmix), num_parallel_calls=AUTOTUNE
+        )
     return ds.prefetch(AUTOTUNE)
 
 
@@ -58,8 +60,14 @@ def eval_pipeline(source_ds, image_size, num_classes, batch_size, crop=EVAL_CROP
 def inception_crop(image, size, scale, seed):
     """Random crop covering `scale` of the area with aspect ratio in [3/4, 4/3], resized to `size`."""
     begin, crop_size, _ = tf.image.stateless_sample_distorted_bounding_box(
-        tf.shape(image), bounding_boxes=tf.zeros([1, 0, 4]), seed=seed, area_range=scale,
-        aspect_ratio_range=(3 / 4, 4 / 3), min_object_covered=0.0, use_image_if_no_bounding_boxes=True)  # fmt: skip
+        tf.shape(image),
+        bounding_boxes=tf.zeros([1, 0, 4]),
+        seed=seed,
+        area_range=scale,
+        aspect_ratio_range=(3 / 4, 4 / 3),
+        min_object_covered=0.0,
+        use_image_if_no_bounding_boxes=True,
+    )
     image = tf.slice(image, begin, crop_size)
     return tf.image.resize(tf.cast(image, tf.float32), size, method="bilinear")
 
@@ -90,8 +98,13 @@ def affine(image, size, seed, rotation=0.2, scale=0.1, shear=0.15, shift=0.125):
     ox, oy = cx + tx, cy + ty
     transform = tf.stack([a0, a1, cx - a0 * ox - a1 * oy, b0, b1, cy - b0 * ox - b1 * oy, 0.0, 0.0])
     return tf.raw_ops.ImageProjectiveTransformV3(
-        images=image[None], transforms=transform[None], output_shape=tf.constant(size, tf.int32), fill_value=0.0,
-        interpolation="BILINEAR", fill_mode="CONSTANT")[0]  # fmt: skip
+        images=image[None],
+        transforms=transform[None],
+        output_shape=tf.constant(size, tf.int32),
+        fill_value=0.0,
+        interpolation="BILINEAR",
+        fill_mode="CONSTANT",
+    )[0]
 
 
 def centre_crop(image, size, crop=EVAL_CROP):
@@ -114,9 +127,11 @@ def mix(batch, seed, mixup_alpha, cutmix_alpha):
         return _cutmix(images, labels, cutmix_alpha, seed)
     if cutmix_alpha <= 0:
         return _mixup(images, labels, mixup_alpha, seed)
-    return tf.cond(tf.random.stateless_uniform([], seed) < 0.5,
-                   lambda: _cutmix(images, labels, cutmix_alpha, seed + 11),
-                   lambda: _mixup(images, labels, mixup_alpha, seed + 13))  # fmt: skip
+    return tf.cond(
+        tf.random.stateless_uniform([], seed) < 0.5,
+        lambda: _cutmix(images, labels, cutmix_alpha, seed + 11),
+        lambda: _mixup(images, labels, mixup_alpha, seed + 13),
+    )
 
 
 def _mixup(images, labels, alpha, seed):

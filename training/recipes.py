@@ -33,8 +33,12 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
         return keras.ops.where(step < self.warmup_steps, warmup, decayed)
 
     def get_config(self):
-        return {"peak": self.peak, "warmup_steps": self.warmup_steps, "total_steps": self.total_steps,
-                "decay": self.decay}  # fmt: skip
+        return {
+            "peak": self.peak,
+            "warmup_steps": self.warmup_steps,
+            "total_steps": self.total_steps,
+            "decay": self.decay,
+        }
 
 
 def peak_learning_rate(config, global_batch):
@@ -45,15 +49,18 @@ def peak_learning_rate(config, global_batch):
 def build_optimizer(config, steps_per_epoch, global_batch):
     """The optimizer of a resolved `TrainConfig`'s recipe."""
     total = config.epochs * steps_per_epoch
-    schedule = WarmupDecay(peak_learning_rate(config, global_batch), int(total * config.warmup_fraction),
-                           total, config.decay)  # fmt: skip
+    schedule = WarmupDecay(
+        peak_learning_rate(config, global_batch), int(total * config.warmup_fraction), total, config.decay
+    )
     if config.recipe == "pretrain":
-        optimizer = FusedAdamW(schedule, beta_1=0.9, beta_2=0.999, weight_decay=config.weight_decay,
-                               global_clipnorm=config.clip_norm)  # fmt: skip
+        optimizer = FusedAdamW(
+            schedule, beta_1=0.9, beta_2=0.999, weight_decay=config.weight_decay, global_clipnorm=config.clip_norm
+        )
         optimizer.exclude_from_weight_decay(var_names=NO_DECAY)
         return optimizer
-    optimizer = FusedSGD(schedule, momentum=0.9, global_clipnorm=config.clip_norm,
-                         weight_decay=config.weight_decay or None)  # fmt: skip
+    optimizer = FusedSGD(
+        schedule, momentum=0.9, global_clipnorm=config.clip_norm, weight_decay=config.weight_decay or None
+    )
     if config.weight_decay:
         optimizer.exclude_from_weight_decay(var_names=NO_DECAY)
     return optimizer

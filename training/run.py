@@ -51,8 +51,10 @@ def fit(config, overwrite=False, verbose="auto"):
         model.compile(
             optimizer=recipes.build_optimizer(c, steps_per_epoch, global_batch),
             loss=keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=c.label_smoothing),
-            metrics=[keras.metrics.CategoricalAccuracy(name="accuracy"),
-                     keras.metrics.TopKCategoricalAccuracy(5, name="top5")],  # fmt: skip
+            metrics=[
+                keras.metrics.CategoricalAccuracy(name="accuracy"),
+                keras.metrics.TopKCategoricalAccuracy(5, name="top5"),
+            ],
             jit_compile=jit_compile and placement.supports_jit,
             steps_per_execution=c.steps_per_execution,
         )
@@ -62,12 +64,14 @@ def fit(config, overwrite=False, verbose="auto"):
     if c.strategy == "multi_worker":
         multi_worker.apply(model)
     size = model.config.image_size
-    train = pipeline.train_pipeline(source.train, source.num_train, c, size, len(source.class_names), global_batch,
-                                    cache=c.is_digits)  # fmt: skip
+    train = pipeline.train_pipeline(
+        source.train, source.num_train, c, size, len(source.class_names), global_batch, cache=c.is_digits
+    )
     # The epoch kept as best.keras is chosen on the selection split, never on the evaluation
     # split that eval.json reports.
-    selection = None if source.select is None else _eval_pipeline(source.select, c, size, len(source.class_names),
-                                                                   global_batch)  # fmt: skip
+    selection = (
+        None if source.select is None else _eval_pipeline(source.select, c, size, len(source.class_names), global_batch)
+    )
     nan = StopOnNaN()
     callbacks = [
         keras.callbacks.BackupAndRestore(str(run_dir / "backup")),
@@ -78,11 +82,22 @@ def fit(config, overwrite=False, verbose="auto"):
     ]
     if jit_compile and not placement.supports_jit:
         logger.warning("keras_vit: XLA (jit_compile) is off for %s", placement.description)
-    logger.info("keras_vit: training on %s, global batch %d, %s", placement.description, global_batch,
-                "XLA" if model.jit_compile else "graph mode (no XLA)")  # fmt: skip
+    logger.info(
+        "keras_vit: training on %s, global batch %d, %s",
+        placement.description,
+        global_batch,
+        "XLA" if model.jit_compile else "graph mode (no XLA)",
+    )
     # shuffle=False: the pipeline shuffles itself (Keras warns that it ignores shuffle=True).
-    model.fit(train, epochs=c.epochs, steps_per_epoch=steps_per_epoch, validation_data=selection, shuffle=False,
-              callbacks=callbacks, verbose=verbose)  # fmt: skip
+    model.fit(
+        train,
+        epochs=c.epochs,
+        steps_per_epoch=steps_per_epoch,
+        validation_data=selection,
+        shuffle=False,
+        callbacks=callbacks,
+        verbose=verbose,
+    )
     if not placement.is_chief:
         (run_dir / CONFIG_FILE).write_text(yaml.safe_dump(c.to_dict(), sort_keys=True))
     if nan.reason:
@@ -108,17 +123,27 @@ def evaluate(source, dataset=None, verbose="auto"):
     model = saving.load_model(source)
     data_source = datasets.load(c)
     if len(data_source.class_names) != model.config.num_classes:
-        raise ValueError(f"{c.dataset} has {len(data_source.class_names)} classes; the model has "
-                         f"{model.config.num_classes}.")  # fmt: skip
+        raise ValueError(
+            f"{c.dataset} has {len(data_source.class_names)} classes; the model has {model.config.num_classes}."
+        )
     data = _eval_pipeline(data_source.eval, c, model.config.image_size, model.config.num_classes, c.batch_size)
-    model.compile(loss=keras.losses.CategoricalCrossentropy(from_logits=True),
-                  metrics=[keras.metrics.CategoricalAccuracy(name="accuracy"),
-                           keras.metrics.TopKCategoricalAccuracy(5, name="top5")])  # fmt: skip
+    model.compile(
+        loss=keras.losses.CategoricalCrossentropy(from_logits=True),
+        metrics=[
+            keras.metrics.CategoricalAccuracy(name="accuracy"),
+            keras.metrics.TopKCategoricalAccuracy(5, name="top5"),
+        ],
+    )
     values = model.evaluate(data, verbose=verbose, return_dict=True)
     checkpoint = saving.run_checkpoint(source).name if saving.is_run_dir(source) else str(source)
-    result = {"top1": float(values["accuracy"]), "top5": float(values["top5"]), "loss": float(values["loss"]),
-              "num_examples": int(data_source.num_eval), "checkpoint": checkpoint,
-              "selected_on": int(data_source.num_select)}  # fmt: skip
+    result = {
+        "top1": float(values["accuracy"]),
+        "top5": float(values["top5"]),
+        "loss": float(values["loss"]),
+        "num_examples": int(data_source.num_eval),
+        "checkpoint": checkpoint,
+        "selected_on": int(data_source.num_select),
+    }
     if saving.is_run_dir(source) and not dataset:
         (Path(source) / EVAL_FILE).write_text(json.dumps(result, indent=2) + "\n")
     return result
@@ -135,7 +160,9 @@ def predict(source, images, top_k=5, labels=None, crop=None):
     if crop is None:
         from_run = saving.is_run_dir(source) and (Path(source) / CONFIG_FILE).is_file()
         crop = load_run_config(source).eval_crop if from_run else pipeline.EVAL_CROP
-    batch = np.stack([pipeline.centre_crop(np.asarray(image), model.config.image_size, crop).numpy() for image in images])
+    batch = np.stack(
+        [pipeline.centre_crop(np.asarray(image), model.config.image_size, crop).numpy() for image in images]
+    )
     probabilities = keras.ops.convert_to_numpy(keras.ops.softmax(model.predict(batch, verbose=0), axis=-1))
     top = np.argsort(-probabilities, axis=-1)[:, :top_k]
     return [[(names[i], float(p[i])) for i in row] for row, p in zip(top, probabilities)]
@@ -152,8 +179,10 @@ def _global_batch(c, replicas):
     if c.global_batch_size is None:
         return c.batch_size * replicas
     if c.global_batch_size % replicas:
-        raise ValueError(f"the global batch {c.global_batch_size} is not divisible by the {replicas} replicas; "
-                         f"use a multiple of {replicas}.")  # fmt: skip
+        raise ValueError(
+            f"the global batch {c.global_batch_size} is not divisible by the {replicas} replicas; "
+            f"use a multiple of {replicas}."
+        )
     return c.global_batch_size
 
 
@@ -190,8 +219,10 @@ def _prepare_run_dir(c, overwrite):
             logger.info("keras_vit: %s resumes with %s", run_dir, _changes(changed, before, after))
         elif not overwrite:
             fields = _changes([k for k in changed if k not in EXECUTION_FIELDS], before, after)
-            raise ValueError(f"{run_dir} holds a run with a different config ({fields}); pass --overwrite to "
-                             "replace it or choose another --run-dir.")  # fmt: skip
+            raise ValueError(
+                f"{run_dir} holds a run with a different config ({fields}); pass --overwrite to "
+                "replace it or choose another --run-dir."
+            )
         else:
             for name in (*saving.RUN_CHECKPOINTS, "log.csv", EVAL_FILE):
                 if (run_dir / name).exists():
@@ -205,4 +236,3 @@ def _prepare_run_dir(c, overwrite):
 def _changes(fields, before, after, shown=4):
     text = ", ".join(f"{k}: {before.get(k)!r} there, {after.get(k)!r} now" for k in fields[:shown])
     return text + (f" and {len(fields) - shown} more" if len(fields) > shown else "")
-

@@ -54,24 +54,38 @@ def make_placement(config):
         name = "tpu" if (config.tpu or os.environ.get("TPU_NAME")) else ("mirrored" if len(gpus) > 1 else "one_device")
     if name == "one_device":
         device = "/gpu:0" if gpus else "/cpu:0"
-        return Placement(tf.distribute.OneDeviceStrategy(device), 1, f"one device ({device})",
-                         prefers_jit=bool(gpus) or _xla_beats_graph_on_cpu(config))  # fmt: skip
+        return Placement(
+            tf.distribute.OneDeviceStrategy(device),
+            1,
+            f"one device ({device})",
+            prefers_jit=bool(gpus) or _xla_beats_graph_on_cpu(config),
+        )
     if name == "mirrored":
         gpus = tf.config.list_logical_devices("GPU")
         devices = [d.name for d in gpus] or [d.name for d in tf.config.list_logical_devices("CPU")]
         strategy = tf.distribute.MirroredStrategy(devices)
         # XLA on CPU compiles the replicated step onto one device and then cannot reach the
         # other replicas' variables: mirrored CPU devices (tests, debugging) run without jit.
-        return Placement(strategy, strategy.num_replicas_in_sync, f"mirrored over {', '.join(devices)}",
-                         supports_jit=bool(gpus) or len(devices) == 1, prefers_jit=bool(gpus))  # fmt: skip
+        return Placement(
+            strategy,
+            strategy.num_replicas_in_sync,
+            f"mirrored over {', '.join(devices)}",
+            supports_jit=bool(gpus) or len(devices) == 1,
+            prefers_jit=bool(gpus),
+        )
     if name == "multi_worker":
         if "TF_CONFIG" not in os.environ:
             raise ValueError("strategy multi_worker needs TF_CONFIG (the cluster and this worker's task).")
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
         task = json.loads(os.environ["TF_CONFIG"]).get("task", {})
         # XLA has no collectives on CPU devices ("not yet implemented"): CPU workers run without jit.
-        placement = Placement(strategy, strategy.num_replicas_in_sync, f"multi-worker ({task})",
-                              supports_jit=bool(gpus), prefers_jit=bool(gpus))  # fmt: skip
+        placement = Placement(
+            strategy,
+            strategy.num_replicas_in_sync,
+            f"multi-worker ({task})",
+            supports_jit=bool(gpus),
+            prefers_jit=bool(gpus),
+        )
         placement.task_index = int(task.get("index", 0)) if task.get("type", "worker") in ("worker", "chief") else 1
         return placement
     if name == "tpu":
@@ -94,8 +108,10 @@ def _jax_placement(config):
     import jax
 
     if config.strategy in ("multi_worker", "tpu"):
-        raise ValueError(f"strategy {config.strategy} is for the TensorFlow backend; under JAX use auto or mirrored "
-                         "(Keras DataParallel over the local devices).")  # fmt: skip
+        raise ValueError(
+            f"strategy {config.strategy} is for the TensorFlow backend; under JAX use auto or mirrored "
+            "(Keras DataParallel over the local devices)."
+        )
     devices = jax.devices()
     if config.strategy == "one_device" or len(devices) == 1:
         return Placement(None, 1, f"one device ({devices[0]})")

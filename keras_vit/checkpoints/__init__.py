@@ -1,8 +1,8 @@
 """Pretrained checkpoints: official/big_vision .npz, timm and Hugging Face weights.
 
-    keras_vit.load_weights(model, "ViT-B_16.npz")       # file, HF folder or known name
-    keras_vit.save_npz(model, "finetuned.npz")          # the official layout, readable by timm
-    keras_vit.ViT.from_checkpoint("model.safetensors")  # config read off the checkpoint
+keras_vit.load_weights(model, "ViT-B_16.npz")       # file, HF folder or known name
+keras_vit.save_npz(model, "finetuned.npz")          # the official layout, readable by timm
+keras_vit.ViT.from_checkpoint("model.safetensors")  # config read off the checkpoint
 """
 
 import difflib
@@ -59,8 +59,10 @@ def read_checkpoint(source, infer_config=True):
         weights = huggingface.to_keras(tensors)
     else:
         sample = ", ".join(sorted(tensors)[:5]) or "no tensors"
-        raise CheckpointError(f"{path}: not a ViT checkpoint keras_vit knows (official, big_vision, timm or "
-                              f"Hugging Face); its first tensors: {sample}.")  # fmt: skip
+        raise CheckpointError(
+            f"{path}: not a ViT checkpoint keras_vit knows (official, big_vision, timm or "
+            f"Hugging Face); its first tensors: {sample}."
+        )
     # Loading into an existing model needs no architecture (a timm file does not even say its
     # head count), so the config is read off the tensors only when asked for.
     return weights, (_fields(reader, path, *args) if infer_config else None), kind

@@ -49,7 +49,8 @@ def assign(model, weights, source):
                 raise CheckpointError(f"{source}: position embedding {value.shape}: {error}") from None
         if tuple(value.shape) != tuple(variable.shape):
             raise CheckpointError(
-                f"{source}: tensor for {path!r} has shape {tuple(value.shape)}, the model expects {tuple(variable.shape)}."
+                f"{source}: tensor for {path!r} has shape {tuple(value.shape)}, "
+                f"the model expects {tuple(variable.shape)}."
             )
         values[path] = value
     for path, variable in variables.items():

@@ -18,9 +18,16 @@ class CheckpointError(ValueError):
 
 
 _SAFETENSORS_DTYPES = {
-    "F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int32,
-    "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_,
-}  # fmt: skip
+    "F64": np.float64,
+    "F32": np.float32,
+    "F16": np.float16,
+    "I64": np.int64,
+    "I32": np.int32,
+    "I16": np.int16,
+    "I8": np.int8,
+    "U8": np.uint8,
+    "BOOL": np.bool_,
+}
 HF_WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 
 
@@ -109,8 +116,11 @@ def read_torch(path):
             state = state[key]
     if not isinstance(state, dict):
         raise CheckpointError(f"{path}: expected a state dict, found {type(state).__name__}.")
-    return {name: _as_float32(value.detach().float().numpy() if value.is_floating_point() else value.numpy())
-            for name, value in state.items() if hasattr(value, "numpy")}  # fmt: skip
+    return {
+        name: _as_float32(value.detach().float().numpy() if value.is_floating_point() else value.numpy())
+        for name, value in state.items()
+        if hasattr(value, "numpy")
+    }
 
 
 def write_npz(path, tensors):

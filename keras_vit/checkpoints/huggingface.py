@@ -21,8 +21,11 @@ def to_keras(tensors):
     r = Remap({k[len("vit.") :] if k.startswith("vit.") else k: v for k, v in tensors.items()})
     r.move("embeddings.cls_token", "class_token/token")
     r.move("embeddings.position_embeddings", "position_embedding/embedding")
-    r.move("embeddings.patch_embeddings.projection.weight", "patch_embedding/projection/kernel",
-           lambda w: w.transpose(2, 3, 1, 0))  # fmt: skip
+    r.move(
+        "embeddings.patch_embeddings.projection.weight",
+        "patch_embedding/projection/kernel",
+        lambda w: w.transpose(2, 3, 1, 0),
+    )
     r.move("embeddings.patch_embeddings.projection.bias", "patch_embedding/projection/bias")
     for i in sorted({int(m.group(1)) for k in r.source if (m := re.match(r"encoder\.layer\.(\d+)\.", k))}):
         src, dst = f"encoder.layer.{i}.", f"block_{i}/"

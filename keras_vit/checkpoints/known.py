@@ -25,15 +25,35 @@ def _add(name, preset, url, **overrides):
     KNOWN_CHECKPOINTS[name] = (preset, overrides, url)
 
 
-for _preset, _model in (("vit_b16", "ViT-B_16"), ("vit_b32", "ViT-B_32"), ("vit_l16", "ViT-L_16"),
-                        ("vit_l32", "ViT-L_32"), ("vit_h14", "ViT-H_14"), ("vit_r50_b16", "R50+ViT-B_16")):  # fmt: skip
+for _preset, _model in (
+    ("vit_b16", "ViT-B_16"),
+    ("vit_b32", "ViT-B_32"),
+    ("vit_l16", "ViT-L_16"),
+    ("vit_l32", "ViT-L_32"),
+    ("vit_h14", "ViT-H_14"),
+    ("vit_r50_b16", "R50+ViT-B_16"),
+):
     # Original ImageNet-21k pre-training: 21,843 classes with the pre-logits layer.
-    _add(f"{_preset}.imagenet21k", _preset, f"{_ORIGINAL}imagenet21k/{_model}.npz",
-         num_classes=21843, representation_size={"vit_h14": 1280, "vit_l16": 1024, "vit_l32": 1024}.get(_preset, 768))  # fmt: skip
-for _preset, _model in (("vit_b16", "ViT-B_16"), ("vit_b32", "ViT-B_32"), ("vit_l16", "ViT-L_16"),
-                        ("vit_l32", "ViT-L_32"), ("vit_r50_b16", "R50+ViT-B_16")):  # fmt: skip
-    _add(f"{_preset}.imagenet21k_ft_imagenet1k_384", _preset, f"{_ORIGINAL}imagenet21k+imagenet2012/{_model}.npz",
-         image_size=384)  # fmt: skip
+    _add(
+        f"{_preset}.imagenet21k",
+        _preset,
+        f"{_ORIGINAL}imagenet21k/{_model}.npz",
+        num_classes=21843,
+        representation_size={"vit_h14": 1280, "vit_l16": 1024, "vit_l32": 1024}.get(_preset, 768),
+    )
+for _preset, _model in (
+    ("vit_b16", "ViT-B_16"),
+    ("vit_b32", "ViT-B_32"),
+    ("vit_l16", "ViT-L_16"),
+    ("vit_l32", "ViT-L_32"),
+    ("vit_r50_b16", "R50+ViT-B_16"),
+):
+    _add(
+        f"{_preset}.imagenet21k_ft_imagenet1k_384",
+        _preset,
+        f"{_ORIGINAL}imagenet21k+imagenet2012/{_model}.npz",
+        image_size=384,
+    )
 for _preset, _model in (("vit_b16", "ViT-B_16"), ("vit_l16", "ViT-L_16")):
     _add(f"{_preset}.imagenet21k_ft_imagenet1k", _preset, f"{_ORIGINAL}imagenet21k+imagenet2012/{_model}-224.npz")
 # AugReg: ImageNet-21k pre-training, ImageNet-1k fine-tuning at 224 and 384.
@@ -46,13 +66,23 @@ for _preset, _stem, _lr in (
 ):
     for _res in (224, 384):
         _suffix = "" if _res == 224 else "_384"
-        _add(f"{_preset}.augreg_in21k_ft_in1k{_suffix}", _preset,
-             _AUGREG + _stem + _AUGREG_FT.format(lr=_lr, res=_res), image_size=_res)  # fmt: skip
+        _add(
+            f"{_preset}.augreg_in21k_ft_in1k{_suffix}",
+            _preset,
+            _AUGREG + _stem + _AUGREG_FT.format(lr=_lr, res=_res),
+            image_size=_res,
+        )
     _add(f"{_preset}.augreg_in21k", _preset, f"{_AUGREG}{_stem}.npz", num_classes=21843)
-_add("vit_b32.augreg_in21k_ft_in1k", "vit_b32",
-     _AUGREG + "B_32-i21k-300ep-lr_0.001-aug_medium1-wd_0.03-do_0.0-sd_0.0" + _AUGREG_FT.format(lr="0.03", res=224))  # fmt: skip
-_add("vit_b8.augreg_in21k_ft_in1k", "vit_b8",
-     _AUGREG + "B_8-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0" + _AUGREG_FT.format(lr="0.01", res=224))  # fmt: skip
+_add(
+    "vit_b32.augreg_in21k_ft_in1k",
+    "vit_b32",
+    _AUGREG + "B_32-i21k-300ep-lr_0.001-aug_medium1-wd_0.03-do_0.0-sd_0.0" + _AUGREG_FT.format(lr="0.03", res=224),
+)
+_add(
+    "vit_b8.augreg_in21k_ft_in1k",
+    "vit_b8",
+    _AUGREG + "B_8-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0" + _AUGREG_FT.format(lr="0.01", res=224),
+)
 
 
 def cache_dir():
@@ -67,7 +97,9 @@ def fetch(name, timeout=30):
     digest_file = target.with_name(target.name + ".sha256")
     if target.exists() and digest_file.exists():
         if _sha256(target) != digest_file.read_text().strip():
-            raise CheckpointError(f"{target} does not match the checksum of its first download; delete it to fetch again.")
+            raise CheckpointError(
+                f"{target} does not match the checksum of its first download; delete it to fetch again."
+            )
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -75,7 +107,8 @@ def fetch(name, timeout=30):
     except OSError as error:
         raise CheckpointError(
             f"cannot download {name!r} from {url} ({error}). Fetch it where there is internet "
-            f"(e.g. `curl -L -o {target.name} '{url}'`) and pass the local file instead: weights='/path/to/{target.name}'."
+            f"(e.g. `curl -L -o {target.name} '{url}'`) and pass the local file instead: "
+            f"weights='/path/to/{target.name}'."
         ) from None
     digest_file.write_text(digest + "\n")
     return target

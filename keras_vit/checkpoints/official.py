@@ -109,7 +109,9 @@ def to_keras(tensors):
             r.move(f"{src}{norm}/bias", f"{dst}{name}/beta")
         qkv = [f"{mha}{n}" for n in ("query", "key", "value")]
         if r.has(*(f"{n}/kernel" for n in qkv)):
-            r.out[f"{dst}attention/qkv/kernel"] = np.concatenate([_flat_last(r.pop(f"{n}/kernel")) for n in qkv], axis=1)
+            r.out[f"{dst}attention/qkv/kernel"] = np.concatenate(
+                [_flat_last(r.pop(f"{n}/kernel")) for n in qkv], axis=1
+            )
         if r.has(*(f"{n}/bias" for n in qkv)):
             r.out[f"{dst}attention/qkv/bias"] = np.concatenate([r.pop(f"{n}/bias").reshape(-1) for n in qkv])
         r.move(f"{mha}out/kernel", f"{dst}attention/out/kernel", lambda w: w.reshape(-1, w.shape[-1]))
@@ -171,9 +173,13 @@ def _block_from_keras(i, name, value, num_heads):
     if name == "attention/qkv/kernel":
         width = value.shape[0]
         q, k, v = np.split(value, 3, axis=1)
-        return {f"{mha}{n}/kernel": w.reshape(width, num_heads, -1) for n, w in zip(("query", "key", "value"), (q, k, v))}
+        return {
+            f"{mha}{n}/kernel": w.reshape(width, num_heads, -1) for n, w in zip(("query", "key", "value"), (q, k, v))
+        }
     if name == "attention/qkv/bias":
-        return {f"{mha}{n}/bias": b.reshape(num_heads, -1) for n, b in zip(("query", "key", "value"), np.split(value, 3))}
+        return {
+            f"{mha}{n}/bias": b.reshape(num_heads, -1) for n, b in zip(("query", "key", "value"), np.split(value, 3))
+        }
     if name == "attention/out/kernel":
         return {f"{mha}out/kernel": value.reshape(num_heads, -1, value.shape[-1])}
     simple = {

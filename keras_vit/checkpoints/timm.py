@@ -55,7 +55,11 @@ def to_keras(tensors):
         (r"patch_embed\.backbone\.stages\.(\d+)\.blocks\.(\d+)\.conv([123])\.weight", "unit:conv\\3/kernel", _conv),
         (r"patch_embed\.backbone\.stages\.(\d+)\.blocks\.(\d+)\.norm([123])\.weight", "unit:gn\\3/gamma", None),
         (r"patch_embed\.backbone\.stages\.(\d+)\.blocks\.(\d+)\.norm([123])\.bias", "unit:gn\\3/beta", None),
-        (r"patch_embed\.backbone\.stages\.(\d+)\.blocks\.(\d+)\.downsample\.conv\.weight", "unit:conv_proj/kernel", _conv),
+        (
+            r"patch_embed\.backbone\.stages\.(\d+)\.blocks\.(\d+)\.downsample\.conv\.weight",
+            "unit:conv_proj/kernel",
+            _conv,
+        ),
         (r"patch_embed\.backbone\.stages\.(\d+)\.blocks\.(\d+)\.downsample\.norm\.weight", "unit:gn_proj/gamma", None),
         (r"patch_embed\.backbone\.stages\.(\d+)\.blocks\.(\d+)\.downsample\.norm\.bias", "unit:gn_proj/beta", None),
     ]
@@ -82,8 +86,10 @@ def config_fields(tensors):
     kernel = tensors["patch_embed.proj.weight"]  # (D, C, P, P)
     width = kernel.shape[0]
     if width not in HEADS_BY_WIDTH:
-        raise CheckpointError(f"timm checkpoints do not store the head count; width {width} is not a "
-                              "known variant: pass a preset or num_heads.")  # fmt: skip
+        raise CheckpointError(
+            f"timm checkpoints do not store the head count; width {width} is not a "
+            "known variant: pass a preset or num_heads."
+        )
     depth = len({m.group(1) for k in tensors if (m := re.match(r"blocks\.(\d+)\.", k))})
     fields = dict(
         hidden_size=width,
@@ -102,7 +108,13 @@ def config_fields(tensors):
     if "patch_embed.backbone.stem.conv.weight" in tensors:
         stages = {m.group(1) for k in tensors if (m := re.match(r"patch_embed\.backbone\.stages\.(\d+)\.", k))}
         fields["resnet_layers"] = tuple(
-            len({m.group(1) for k in tensors if (m := re.match(rf"patch_embed\.backbone\.stages\.{s}\.blocks\.(\d+)\.", k))})
+            len(
+                {
+                    m.group(1)
+                    for k in tensors
+                    if (m := re.match(rf"patch_embed\.backbone\.stages\.{s}\.blocks\.(\d+)\.", k))
+                }
+            )
             for s in sorted(stages, key=int)
         )
         fields["resnet_width"] = tensors["patch_embed.backbone.stem.conv.weight"].shape[0]

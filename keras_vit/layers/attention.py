@@ -46,13 +46,14 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             name="qkv",
         )
         self.qkv.build((None, width))
-        self.out = keras.layers.Dense(
-            width, kernel_initializer="glorot_uniform", dtype=self.dtype_policy, name="out"
-        )
+        self.out = keras.layers.Dense(width, kernel_initializer="glorot_uniform", dtype=self.dtype_policy, name="out")
         self.out.build((None, width))
         # Checked here, eagerly, because `_explicit_attention` may run inside a traced function.
-        self._bf16_softmax_without_casts = (keras.backend.backend() == "tensorflow" and self.compute_dtype == "bfloat16"
-                                            and _bf16_softmax_is_float32_rounded())  # fmt: skip
+        self._bf16_softmax_without_casts = (
+            keras.backend.backend() == "tensorflow"
+            and self.compute_dtype == "bfloat16"
+            and _bf16_softmax_is_float32_rounded()
+        )
 
     def call(self, x, training=None, return_attention_scores=False):
         shape, width = ops.shape(x), x.shape[-1]
@@ -130,7 +131,10 @@ def _bf16_softmax_is_float32_rounded():
         logits = ops.cast(np.random.default_rng(0).standard_normal((16, 197)).astype("float32") * 4, "bfloat16")
         as_float = lambda t: ops.convert_to_numpy(ops.cast(t, "float32"))  # noqa: E731
         try:
-            direct, rounded = as_float(ops.softmax(logits)), as_float(ops.cast(ops.softmax(as_float(logits)), "bfloat16"))
+            direct, rounded = (
+                as_float(ops.softmax(logits)),
+                as_float(ops.cast(ops.softmax(as_float(logits)), "bfloat16")),
+            )
         except (TypeError, ValueError, NotImplementedError, AttributeError):  # symbolic tensors
             return False
         _BF16_SOFTMAX_EXACT.append(bool(np.array_equal(direct, rounded)))

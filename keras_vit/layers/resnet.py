@@ -44,8 +44,15 @@ class StdConv2D(keras.layers.Conv2D):
 
 def _std_conv(filters, kernel_size, numerics, name, policy, strides=1):
     n = NUMERICS[numerics]
-    return StdConv2D(filters, kernel_size, strides=strides, epsilon=n["std_epsilon"],
-                     epsilon_in_sqrt=n["epsilon_in_sqrt"], dtype=policy, name=name)  # fmt: skip
+    return StdConv2D(
+        filters,
+        kernel_size,
+        strides=strides,
+        epsilon=n["std_epsilon"],
+        epsilon_in_sqrt=n["epsilon_in_sqrt"],
+        dtype=policy,
+        name=name,
+    )
 
 
 def _group_norm(name, policy, numerics, zero_scale=False):
