@@ -1,11 +1,13 @@
 """The benchmark suites (cases per kind) and the targets checked on their results."""
 
+from keras_vit import names
+
 CIFAR_MODEL = dict(image_size=32, patch_size=4, hidden_size=192, num_layers=6, num_heads=3, mlp_dim=768, num_classes=10)
 BOTH = ("float32", "mixed_bfloat16")
 TIMM_MODES = ("eager", "compile", "eager_bf16", "compile_bf16")
 COMPILERS = ("xla", "graph")  # Keras: jit_compile=True (XLA) or False (TensorFlow graph, oneDNN kernels)
 INFERENCE_COMPILERS = COMPILERS + ("frozen",)  # and the graph with its weights as constants (export --freeze)
-LITERT_MODES = ("float32", "float16", "dynamic", "int8", "int8-mixed")
+LITERT_MODES = tuple(m for m in names.LITERT_MODES if m != "int16x8")  # the modes timed: all but int16x8
 
 SUITES = {
     # Minutes: small models, every kind of measurement once.

@@ -1,6 +1,8 @@
 """`keras-vit export`: SavedModel for TF Serving and LiteRT files, checked and reported."""
 
-_MODES = ("float32", "float16", "dynamic", "int8", "int8-mixed", "int16x8")  # keras_vit.export.MODES (imported lazily)
+from keras_vit_cli.names import names
+
+_MODES = names.LITERT_MODES
 
 
 def add_parser(subparsers):

@@ -7,6 +7,7 @@ import logging
 import sys
 
 from keras_vit_cli import images as image_io
+from keras_vit_cli.names import names
 
 # flag -> (TrainConfig field, argparse options); defaults stay None so a YAML file can set them.
 _FLAGS = {
@@ -29,7 +30,7 @@ _FLAGS = {
     "--preset": ("preset", dict(help="model preset (default: the digits model, or set one for other data)")),
     "--image-size": ("image_size", dict(type=int, help="input resolution (position embeddings resampled)")),
     "--weights": ("weights", dict(help="checkpoint to start from (file or known name; finetune)")),
-    "--recipe": ("recipe", dict(choices=("pretrain", "finetune"), help="pretrain: AdamW; finetune: SGD")),
+    "--recipe": ("recipe", dict(choices=names.RECIPES, help="pretrain: AdamW; finetune: SGD")),
     "--epochs": ("epochs", dict(type=int)),
     "--batch-size": ("batch_size", dict(type=int, help="per replica (global = this x replicas)")),
     "--global-batch-size": (
@@ -43,9 +44,9 @@ _FLAGS = {
     "--randaugment": ("randaugment", dict(type=float, help="RandAugment strength in (0, 1] (off by default)")),
     "--mixup": ("mixup", dict(type=float, help="MixUp Beta alpha (0: off)")),
     "--cutmix": ("cutmix", dict(type=float, help="CutMix Beta alpha (0: off)")),
-    "--strategy": ("strategy", dict(choices=("auto", "one_device", "mirrored", "multi_worker", "tpu"))),
+    "--strategy": ("strategy", dict(choices=names.STRATEGIES)),
     "--tpu": ("tpu", dict(help="TPU name or address for --strategy tpu")),
-    "--precision": ("precision", dict(choices=("float32", "mixed_bfloat16", "mixed_float16"))),
+    "--precision": ("precision", dict(choices=names.PRECISIONS)),
     "--steps-per-execution": ("steps_per_execution", dict(type=int)),
     "--seed": ("seed", dict(type=int)),
 }
@@ -100,7 +101,7 @@ def add_parser(subparsers):
     predict.add_argument(
         "--crop",
         type=float,
-        help="centre-crop fraction before resizing (default: the run's, else 0.875; 1: resize only)",
+        help=f"centre-crop fraction before resizing (default: the run's, else {names.EVAL_CROP}; 1: resize only)",
     )
     predict.set_defaults(run=run_predict)
 

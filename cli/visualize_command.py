@@ -5,8 +5,9 @@ from pathlib import Path
 import numpy as np
 
 from keras_vit_cli import images as image_io
+from keras_vit_cli.names import names
 
-METHODS = ("rollout", "attention", "saliency", "smoothgrad", "gradcam++", "scorecam")
+METHODS = names.ATTENTION_METHODS + names.SALIENCY_METHODS
 
 
 def add_parser(subparsers):

@@ -10,9 +10,9 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit.export.source import ExportError
+from keras_vit.names import LITERT_MODES as MODES
 
 logger = logging.getLogger("keras_vit")
-MODES = ("float32", "float16", "dynamic", "int8", "int8-mixed", "int16x8")
 IO_TYPES = {
     "int8": ("float32", "int8", "uint8"),
     "int8-mixed": ("float32", "int8", "uint8"),

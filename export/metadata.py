@@ -14,8 +14,9 @@ import zipfile
 import flatbuffers
 import numpy as np
 
+from keras_vit.names import LABELS_FILE as LABELS_NAME
+
 METADATA_NAME = b"TFLITE_METADATA"
-LABELS_NAME = "labels.txt"
 _MIN_PARSER_VERSION = "1.0.0"  # only fields of the first schema version are written
 _RGB, _TENSOR_AXIS_LABELS = 1, 2  # ColorSpaceType.RGB, AssociatedFileType.TENSOR_AXIS_LABELS
 _FEATURE_PROPERTIES, _IMAGE_PROPERTIES = 1, 2  # ContentProperties union members

@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from keras_vit.export import frozen
 from keras_vit.export.source import ExportError
+from keras_vit.names import LABELS_FILE
 
 logger = logging.getLogger("keras_vit")
 WARMUP_FILE = "assets.extra/tf_serving_warmup_requests"
@@ -102,7 +103,7 @@ def save_serving_model(
     staging = Path(tempfile.mkdtemp(prefix=f".{version}.", dir=base))
     try:
         with tempfile.TemporaryDirectory() as scratch:
-            labels_file = Path(scratch) / "labels.txt"
+            labels_file = Path(scratch) / LABELS_FILE
             labels_file.write_text("\n".join(source.labels) + "\n")
             module = ServingModule(source.model, labels_file, crop=source.crop, top_k=top_k, freeze=freeze)
             signatures = {IMAGES_SIGNATURE: module.serve_images, BYTES_SIGNATURE: module.serve_image_bytes}

@@ -8,7 +8,7 @@ import keras
 import numpy as np
 
 from keras_vit import saving
-from keras_vit.training.config import EVAL_CROP
+from keras_vit.names import EVAL_CROP
 
 logger = logging.getLogger("keras_vit")
 

@@ -2,7 +2,7 @@
 
 import dataclasses
 
-CLASSIFIERS = ("token", "gap")
+from keras_vit.names import POOLING_MODES
 
 # Official ViT inputs: pixels in [0, 255] mapped to [-1, 1], i.e. (x - 127.5) / 127.5.
 OFFICIAL_MEAN = (127.5, 127.5, 127.5)
@@ -100,8 +100,8 @@ class ViTConfig:
             )
         if self.resnet_numerics not in ("official", "timm"):
             raise ValueError(f"`resnet_numerics` must be 'official' or 'timm'; got {self.resnet_numerics!r}.")
-        if self.classifier not in CLASSIFIERS:
-            raise ValueError(f"`classifier` must be one of {CLASSIFIERS}; got {self.classifier!r}.")
+        if self.classifier not in POOLING_MODES:
+            raise ValueError(f"`classifier` must be one of {POOLING_MODES}; got {self.classifier!r}.")
         feature = self.feature_size
         for axis, (size, patch) in enumerate(zip(feature, self.patch_size)):
             if patch < 1 or size % patch:

@@ -12,7 +12,8 @@ import warnings
 import keras
 import numpy as np
 
-METHODS = ("saliency", "smoothgrad", "gradcam++", "scorecam")
+from keras_vit.names import SALIENCY_METHODS as METHODS
+
 CAM_LAYER = "patch_grid"
 
 

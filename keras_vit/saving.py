@@ -7,10 +7,7 @@ from pathlib import Path
 import keras
 
 # A training run directory, written by keras_vit.training and read by every command.
-RUN_CONFIG = "config.yaml"
-RUN_LABELS = "labels.txt"
-RUN_EVAL = "eval.json"
-RUN_CHECKPOINTS = ("best.keras", "last.keras")  # the run's model is the first one present
+from keras_vit.names import RUN_CHECKPOINTS, RUN_LABELS
 
 
 class ModelFileError(ValueError):

@@ -117,13 +117,14 @@ def test_help_and_argument_errors_answer_without_importing_keras():
 
 
 def test_the_command_lines_own_choice_lists_match_the_library():
-    """The parser names some choices itself (so that --help needs no Keras): the library's lists
-    are the source, and this keeps the two equal."""
+    """The parser reads its choices from keras_vit/names.py without importing keras_vit (so that
+    --help needs no Keras): they are the lists the library checks against."""
+    from keras_vit import names
     from keras_vit.export import MODES
     from keras_vit.training import config
     from keras_vit_cli import build_parser, export_command
 
-    assert export_command._MODES == MODES
+    assert export_command._MODES == MODES == names.LITERT_MODES
     train = build_parser()._subparsers._group_actions[0].choices["train"]
     choices = {action.dest: tuple(action.choices) for action in train._actions if action.choices}
     assert choices == {"recipe": config.RECIPES, "strategy": config.STRATEGIES, "precision": config.PRECISIONS}

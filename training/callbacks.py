@@ -8,6 +8,7 @@ from pathlib import Path
 
 import keras
 
+from keras_vit.names import RUN_CHECKPOINTS
 from keras_vit.saving import inference_copy, save_model
 
 
@@ -43,16 +44,17 @@ class AtomicCheckpoint(keras.callbacks.Callback):
         if not math.isfinite(logs.get("loss", math.nan)):
             return
         self._copy = inference_copy(self.model, into=self._copy)
-        self._save("last.keras")
+        best, last = RUN_CHECKPOINTS
+        self._save(last)
         if self.monitor is None:  # best is last: the same bytes, copied and renamed into place
             temporary = self.run_dir / ".best.keras.tmp.keras"
-            shutil.copyfile(self.run_dir / "last.keras", temporary)
-            os.replace(temporary, self.run_dir / "best.keras")
+            shutil.copyfile(self.run_dir / last, temporary)
+            os.replace(temporary, self.run_dir / best)
             return
         value = logs.get(self.monitor)
         if value is not None and value > self.best:
             self.best = value
-            self._save("best.keras")
+            self._save(best)
 
     def _save(self, name):
         save_model(self._copy, self.run_dir / name)

@@ -4,13 +4,7 @@ import dataclasses
 from pathlib import Path
 
 from keras_vit.config import check_fields, to_plain_dict
-
-RECIPES = ("pretrain", "finetune")
-STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
-PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
-DECAYS = ("cosine", "linear")
-AUGMENTS = ("inception", "translate", "affine")
-EVAL_CROP = 0.875  # evaluation: resize to size / 0.875, then centre-crop (Inception-style)
+from keras_vit.names import AUGMENTS, DECAYS, EVAL_CROP, PRECISIONS, RECIPES, STRATEGIES
 
 # The offline default: a 0.3M-parameter ViT on scikit-learn's digits upscaled to 16x16, 16 tokens of
 # 2x2 original pixels (patch 4) pooled by their mean. With the class token instead, seed 0 had 13

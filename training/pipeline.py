@@ -6,7 +6,7 @@ run is reproducible even with parallel map calls.
 
 import tensorflow as tf
 
-from keras_vit.training.config import EVAL_CROP
+from keras_vit.names import EVAL_CROP
 
 AUTOTUNE = tf.data.AUTOTUNE
 

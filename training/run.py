@@ -11,14 +11,14 @@ import numpy as np
 import yaml
 
 import keras_vit
-from keras_vit import saving
+from keras_vit import names, saving
 from keras_vit.training import datasets, multi_worker, pipeline, recipes
 from keras_vit.training.callbacks import AtomicCheckpoint, StopOnNaN
 from keras_vit.training.config import TrainConfig
 from keras_vit.training.strategy import make_placement
 
 logger = logging.getLogger("keras_vit")
-CONFIG_FILE, LABELS_FILE, EVAL_FILE = saving.RUN_CONFIG, saving.RUN_LABELS, saving.RUN_EVAL
+CONFIG_FILE, LABELS_FILE, EVAL_FILE = names.RUN_CONFIG, names.RUN_LABELS, names.RUN_EVAL
 
 
 class TrainingError(RuntimeError):
@@ -101,7 +101,8 @@ def fit(config, overwrite=False, verbose="auto"):
     if not placement.is_chief:
         (run_dir / CONFIG_FILE).write_text(yaml.safe_dump(c.to_dict(), sort_keys=True))
     if nan.reason:
-        kept = "best.keras" if (run_dir / "best.keras").exists() else "no checkpoint (first epoch)"
+        best = names.RUN_CHECKPOINTS[0]
+        kept = best if (run_dir / best).exists() else "no checkpoint (first epoch)"
         raise TrainingError(f"stopped: {nan.reason}; kept the last good checkpoint: {run_dir / kept}")
     return evaluate(run_dir, verbose=verbose)
 
@@ -154,7 +155,7 @@ def predict(source, images, top_k=5, labels=None, crop=None):
 
     `source`: a run directory, a `.keras` file or a checkpoint; `labels`: a file or list of
     class names (default: the run's `labels.txt`, else class indices); `crop`: the centre-crop
-    fraction before resizing (default: the run's evaluation transform, else 0.875)."""
+    fraction before resizing (default: the run's evaluation transform, else `EVAL_CROP`)."""
     model = saving.load_model(source)
     names = saving.label_names(source, model.config.num_classes, labels)
     if crop is None:
@@ -224,7 +225,7 @@ def _prepare_run_dir(c, overwrite):
                 "replace it or choose another --run-dir."
             )
         else:
-            for name in (*saving.RUN_CHECKPOINTS, "log.csv", EVAL_FILE):
+            for name in (*names.RUN_CHECKPOINTS, "log.csv", EVAL_FILE):
                 if (run_dir / name).exists():
                     os.unlink(run_dir / name)
             shutil.rmtree(run_dir / "backup", ignore_errors=True)

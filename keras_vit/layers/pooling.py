@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-POOLING_MODES = ("token", "gap")
+from keras_vit.names import POOLING_MODES
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")

@@ -1,0 +1,38 @@
+"""The names and constants that the library, its applications and the command line share, each
+defined here once.
+
+This module imports nothing, so the command line reads it (through `keras_vit_cli.names`) to
+build `--help` and check arguments without loading Keras or TensorFlow.
+"""
+
+# The model's classifier: the class token, or the mean of the patch tokens ("global average pool").
+POOLING_MODES = ("token", "gap")
+
+# The evaluation transform: resize to size / EVAL_CROP, then centre-crop to size (Inception-style).
+EVAL_CROP = 0.875
+
+# Class names, one per line, in output order: in a run directory, a SavedModel's assets and a
+# .tflite's metadata.
+LABELS_FILE = "labels.txt"
+
+# A run directory (keras-vit train): the resolved config, the class names, the evaluation, and the
+# model files, of which the first one present is the run's model.
+RUN_CONFIG = "config.yaml"
+RUN_LABELS = LABELS_FILE
+RUN_EVAL = "eval.json"
+RUN_CHECKPOINTS = ("best.keras", "last.keras")
+
+# Training options with a fixed set of values (keras_vit.training.TrainConfig).
+RECIPES = ("pretrain", "finetune")
+STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
+PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
+DECAYS = ("cosine", "linear")
+AUGMENTS = ("inception", "translate", "affine")
+
+# LiteRT (TFLite) conversions of keras_vit.export: float32, float16 weights, dynamic-range int8,
+# full int8, int8 with float LayerNorm/softmax/GELU, int16 activations with int8 weights.
+LITERT_MODES = ("float32", "float16", "dynamic", "int8", "int8-mixed", "int16x8")
+
+# What `keras-vit visualize` draws: attention (keras_vit.inspect) or tf-keras-vis saliency.
+ATTENTION_METHODS = ("rollout", "attention")
+SALIENCY_METHODS = ("saliency", "smoothgrad", "gradcam++", "scorecam")
