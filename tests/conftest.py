@@ -1,9 +1,7 @@
-"""Shared helpers: small configs, weight perturbation, backend markers."""
-
-import keras_vit  # first: it asks TensorFlow for its oneDNN kernels before Keras loads it  # isort: skip
+"""pytest set-up: full float32 matmuls on every backend, the tensorflow_only marker. Helpers that
+tests import live in helpers.py."""
 
 import keras
-import numpy as np
 import pytest
 
 
@@ -37,36 +35,3 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "tensorflow_only" in item.keywords:
             item.add_marker(skip)
-
-
-def tiny_config(**overrides):
-    """A ViT small enough for fast tests: 32x32 images, 8x8 patches, width 64, 2 blocks."""
-    values = dict(image_size=32, patch_size=8, hidden_size=64, num_layers=2, num_heads=4, mlp_dim=128, num_classes=7)
-    return keras_vit.ViTConfig(**{**values, **overrides})
-
-
-def perturb(model, seed=0, scale=0.05):
-    """Moves every weight off its initial value (zero heads, unit LayerNorms, ...) so a
-    dropped, swapped or mis-wired tensor changes the outputs."""
-    rng = np.random.default_rng(seed)
-    for weight in model.weights:
-        value = keras.ops.convert_to_numpy(weight)
-        weight.assign((value + scale * rng.standard_normal(value.shape)).astype(value.dtype))
-    return model
-
-
-def images(batch=2, size=(32, 32), channels=3, seed=0):
-    return np.random.default_rng(seed).uniform(0, 255, (batch, *size, channels)).astype("float32")
-
-
-def sample_photos(size):
-    """scikit-learn's bundled photos (china.jpg, flower.jpg), resized to `size` x `size`:
-    real images, no download. Pixels in [0, 255], shape (2, size, size, 3)."""
-    from PIL import Image
-    from sklearn.datasets import load_sample_image
-
-    photos = [
-        Image.fromarray(load_sample_image(name)).resize((size, size), Image.BILINEAR)
-        for name in ("china.jpg", "flower.jpg")
-    ]
-    return np.stack([np.asarray(p, dtype="float32") for p in photos])

@@ -7,7 +7,7 @@ import struct
 import keras
 import numpy as np
 import pytest
-from conftest import images, perturb, tiny_config
+from helpers import images, perturb, tiny_config
 
 import keras_vit
 from keras_vit.checkpoints import CheckpointError, known

@@ -60,7 +60,7 @@ def test_console_script_help_and_presets():
 def test_convert_reads_the_architecture_off_the_checkpoint(tmp_path, capsys):
     import keras
     import numpy as np
-    from conftest import images, perturb, tiny_config
+    from helpers import images, perturb, tiny_config
 
     import keras_vit
 

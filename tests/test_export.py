@@ -206,7 +206,7 @@ def test_the_op_check_catches_flex_ops_and_keras_layer_norm_float_compute():
 
 def test_hybrid_resnet_stem_exports_in_every_calibrated_mode():
     # The stem's GroupNorm once lowered to float NEG and SQUARE, which stopped these exports.
-    from conftest import images, perturb, tiny_config
+    from helpers import images, perturb, tiny_config
 
     import keras_vit
     from keras_vit.export import LiteRTModel, check_ops, litert

@@ -1,7 +1,7 @@
 import keras
 import numpy as np
 import pytest
-from conftest import images, perturb, sample_photos, tiny_config
+from helpers import images, perturb, sample_photos, tiny_config
 from PIL import Image
 
 import keras_vit

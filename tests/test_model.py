@@ -1,7 +1,7 @@
 import keras
 import numpy as np
 import pytest
-from conftest import images, perturb, tiny_config
+from helpers import images, perturb, tiny_config
 from numpy_reference import vit_forward
 
 import keras_vit

@@ -4,7 +4,7 @@ where the kernel does not apply, and `.keras` round trips."""
 import keras
 import numpy as np
 import pytest
-from conftest import tiny_config
+from helpers import tiny_config
 
 import keras_vit
 

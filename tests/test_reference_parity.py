@@ -9,7 +9,7 @@ import keras
 import numpy as np
 import pytest
 import torchvision_stub
-from conftest import perturb, sample_photos
+from helpers import perturb, sample_photos
 
 import keras_vit
 

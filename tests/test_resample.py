@@ -1,7 +1,7 @@
 import keras
 import numpy as np
 import pytest
-from conftest import images, perturb, tiny_config
+from helpers import images, perturb, tiny_config
 
 import keras_vit
 from keras_vit import resample_position_embeddings
