@@ -65,15 +65,18 @@ def run(args):
         raise CommandError("nothing to export: pass --saved-model DIR, --tflite DIR or both.")
     if args.calibration_size < 1 or args.eval_limit < 1 or args.threads < 1:
         raise CommandError("--calibration-size, --eval-limit and --threads must be positive.")
-    from keras_vit.export import export, load_source
+    from keras_vit import saving
+    from keras_vit.export import ExportError, export, load_source
 
-    source = load_source(
-        args.source,
-        calibration_size=args.calibration_size,
-        eval_limit=args.eval_limit,
-        labels=args.labels,
-        dataset=args.dataset,
-    )
+    source = load_source(args.source, labels=args.labels)
+    if args.dataset or saving.is_run_dir(args.source):
+        from keras_vit.training import export_samples
+
+        try:
+            data = export_samples(source.model, args.source, args.dataset, args.calibration_size, args.eval_limit)
+        except (ValueError, OSError) as error:
+            raise ExportError(str(error)) from None
+        source = source.with_data(data)
     result = export(
         source,
         saved_model_dir=args.saved_model,

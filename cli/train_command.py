@@ -101,7 +101,8 @@ def add_parser(subparsers):
     predict.add_argument(
         "--crop",
         type=float,
-        help=f"centre-crop fraction before resizing (default: the run's, else {names.EVAL_CROP}; 1: resize only)",
+        help="centre-crop fraction before resizing (default: the model's own, its config's crop_fraction, "
+        f"{names.EVAL_CROP} unless trained otherwise; 1: resize only)",
     )
     predict.set_defaults(run=run_predict)
 

@@ -3,7 +3,9 @@
 Installed as `keras_vit.export` (see `package_dir` in setup.cfg). TensorFlow-only code
 (SavedModel, LiteRT, tensorflow-model-optimization) belongs here.
 
-    source = load_source("runs/digits")          # best checkpoint, labels, data
+    from keras_vit.training import export_samples   # the run's data (training application)
+    source = load_source("runs/digits")               # best checkpoint and labels
+    source = source.with_data(export_samples(source.model, "runs/digits"))
     report = export(source, saved_model_dir="export/serving", tflite_dir="export/tflite",
                     modes=("float32", "int8"))
 """

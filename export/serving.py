@@ -25,9 +25,8 @@ class ServingModule(tf.Module):
     and the top-k scores, class indices and label names out. `freeze`: the weights become
     graph constants instead of variables (`keras_vit.export.frozen.freeze`)."""
 
-    def __init__(self, model, labels_file, crop=1.0, top_k=5, freeze=False):
+    def __init__(self, model, labels_file, top_k=5, freeze=False):
         super().__init__()
-        from keras_vit.training import pipeline
 
         if freeze:
             self._forward = frozen.freeze(model)
@@ -47,7 +46,7 @@ class ServingModule(tf.Module):
         self._labels = tf.lookup.StaticHashTable(initializer, default_value="")
         self._size = tuple(model.config.image_size)
         self._top_k = min(top_k, model.config.num_classes)
-        self._crop, self._centre_crop = crop, pipeline.centre_crop
+        self._transform = model.image_transform  # resize and centre-crop as in evaluation
 
         height, width = self._size
         self.serve_images = tf.function(
@@ -76,7 +75,7 @@ class ServingModule(tf.Module):
     def _serve_image_bytes(self, image_bytes):
         def decode(data):
             image = tf.io.decode_image(data, channels=3, expand_animations=False)
-            return self._centre_crop(image, self._size, self._crop)
+            return self._transform(image)
 
         spec = tf.TensorSpec(self._size + (3,), tf.float32)
         return self._outputs(tf.map_fn(decode, image_bytes, fn_output_signature=spec))
@@ -105,7 +104,7 @@ def save_serving_model(
         with tempfile.TemporaryDirectory() as scratch:
             labels_file = Path(scratch) / LABELS_FILE
             labels_file.write_text("\n".join(source.labels) + "\n")
-            module = ServingModule(source.model, labels_file, crop=source.crop, top_k=top_k, freeze=freeze)
+            module = ServingModule(source.model, labels_file, top_k=top_k, freeze=freeze)
             signatures = {IMAGES_SIGNATURE: module.serve_images, BYTES_SIGNATURE: module.serve_image_bytes}
             tf.saved_model.save(module, str(staging), signatures=signatures)
         if warmup and importlib.util.find_spec("tensorflow_serving") is None:

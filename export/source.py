@@ -1,5 +1,6 @@
 """What an export starts from: the Keras model, its label names, and real images for
-calibration, fine-tuning and the held-out evaluation of every artifact."""
+calibration, fine-tuning and the held-out evaluation of every artifact (the model's own image
+transform turns encoded images into its input: `model.image_transform`)."""
 
 import dataclasses
 import logging
@@ -8,7 +9,6 @@ import keras
 import numpy as np
 
 from keras_vit import saving
-from keras_vit.names import EVAL_CROP
 
 logger = logging.getLogger("keras_vit")
 
@@ -21,7 +21,6 @@ class ExportError(ValueError):
 class ExportSource:
     """A model to export and the data the report needs.
 
-    `crop`: the evaluation centre-crop fraction, applied to encoded images served by bytes.
     `eval_images`/`eval_labels`: held-out uint8 or float pixels `(N, H, W, 3)` at the
     model's size and integer labels; `calibration_images`: a representative sample of the
     training data; `train`: a `tf.data` pipeline of augmented (images, one-hot) batches for
@@ -35,7 +34,6 @@ class ExportSource:
     calibration_images: np.ndarray = None
     train: object = None
     steps_per_epoch: int = 0
-    crop: float = EVAL_CROP  # centre-crop fraction of the evaluation transform (1: resize only)
     label_smoothing: float = 0.0  # of the training recipe, reused when fine-tuning
 
     def __post_init__(self):
@@ -57,52 +55,21 @@ class ExportSource:
         if (self.eval_images is None) != (self.eval_labels is None):
             raise ExportError("eval_images and eval_labels go together.")
 
+    def with_data(self, data):
+        """A copy with the data fields of `data` (a dict, e.g. from
+        `keras_vit.training.export_samples`; None changes nothing)."""
+        return dataclasses.replace(self, **(data or {}))
 
-def load_source(path, calibration_size=200, eval_limit=2000, labels=None, dataset=None):
-    """An `ExportSource` from a `keras-vit train` run directory (its best checkpoint, labels,
-    training and evaluation splits), a `.keras` file or any checkpoint keras_vit reads (with
-    `labels`, a labels file or list, and `dataset`, a training dataset spec such as "digits",
-    "tfds:NAME" or a folder, both optional: without data, nothing is calibrated and the
-    exports are checked against the Keras model on stand-in images)."""
-    from keras_vit.training import TrainConfig, run
 
+def load_source(path, labels=None):
+    """An `ExportSource` from a `keras-vit train` run directory (its best checkpoint and labels),
+    a `.keras` file or any checkpoint keras_vit reads (`labels`: a labels file or list, else the
+    run's, else class indices). It holds no data until `with_data` gives it some, e.g. a run's
+    own from `keras_vit.training.export_samples`; without data, nothing is calibrated and the
+    exports are checked against the Keras model on stand-in images."""
     try:
         model = saving.load_model(path)
         names = saving.label_names(path, model.config.num_classes, labels)
     except (ValueError, OSError) as error:
         raise ExportError(str(error)) from None
-    if dataset:
-        config = TrainConfig(dataset=dataset).resolved()
-    elif saving.is_run_dir(path):
-        config = run.load_run_config(path)
-    else:
-        return ExportSource(model=model, labels=names)
-    return ExportSource(model=model, labels=names, **_data(config, model, calibration_size, eval_limit))
-
-
-def _data(config, model, calibration_size, eval_limit):
-    """Calibration sample, held-out arrays and the fine-tuning pipeline of a training config."""
-    from keras_vit.training import datasets, pipeline
-
-    source = datasets.load(config)
-    size, num_classes = tuple(model.config.image_size), model.config.num_classes
-    crop = config.eval_crop
-
-    def arrays(ds, limit):
-        ds = pipeline.eval_pipeline(ds.take(limit), size, num_classes, 64, crop=crop)
-        images, labels = zip(*((x.numpy(), y.numpy()) for x, y in ds))
-        return np.concatenate(images), np.concatenate(labels).argmax(-1)
-
-    eval_images, eval_labels = arrays(source.eval, eval_limit)
-    calibration, _ = arrays(source.train.shuffle(source.num_train, seed=config.seed), calibration_size)
-    batch = min(config.batch_size, source.num_train)
-    train = pipeline.train_pipeline(source.train, source.num_train, config, size, num_classes, batch)
-    return dict(
-        eval_images=eval_images,
-        eval_labels=eval_labels,
-        calibration_images=calibration,
-        train=train,
-        steps_per_epoch=max(1, source.num_train // batch),
-        crop=crop,
-        label_smoothing=config.label_smoothing or 0.0,
-    )
+    return ExportSource(model=model, labels=names)

@@ -2,7 +2,7 @@
 
 import dataclasses
 
-from keras_vit.names import POOLING_MODES
+from keras_vit.names import EVAL_CROP, INTERPOLATIONS, POOLING_MODES
 
 # Official ViT inputs: pixels in [0, 255] mapped to [-1, 1], i.e. (x - 127.5) / 127.5.
 OFFICIAL_MEAN = (127.5, 127.5, 127.5)
@@ -50,6 +50,9 @@ class ViTConfig:
             epsilons) or "timm" (timm's); set by the loader to match a checkpoint's source.
         normalize_inputs: map pixels from [0, 255] with `input_mean`/`input_std` inside the model.
         input_mean, input_std: per-channel statistics in pixel units [0, 255].
+        crop_fraction, interpolation: the image transform the model is evaluated and served
+            with (`keras_vit.transform.ImageTransform`): resize so that the centre
+            `crop_fraction` becomes `image_size`, then crop it (1: resize only).
     """
 
     image_size: int | tuple[int, int] = 224
@@ -75,6 +78,8 @@ class ViTConfig:
     normalize_inputs: bool = True
     input_mean: tuple[float, ...] = OFFICIAL_MEAN
     input_std: tuple[float, ...] = OFFICIAL_STD
+    crop_fraction: float = EVAL_CROP
+    interpolation: str = "bilinear"
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731  (frozen dataclass)
@@ -112,6 +117,10 @@ class ViTConfig:
                     f"{patch}; use an image size that is a multiple of {patch * self.backbone_stride}, "
                     f"e.g. {max(1, round(size / patch)) * patch * self.backbone_stride}."
                 )
+        if not 0.0 < self.crop_fraction <= 1.0:
+            raise ValueError(f"`crop_fraction` must be in (0, 1]; got {self.crop_fraction}.")
+        if self.interpolation not in INTERPOLATIONS:
+            raise ValueError(f"`interpolation` must be one of {INTERPOLATIONS}; got {self.interpolation!r}.")
         for name in ("dropout_rate", "attention_dropout_rate", "drop_path_rate"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"`{name}` must be in [0, 1); got {getattr(self, name)}.")

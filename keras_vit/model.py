@@ -6,6 +6,7 @@ import numpy as np
 from keras_vit import layers as vit_layers
 from keras_vit import presets
 from keras_vit.config import ViTConfig
+from keras_vit.transform import ImageTransform
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -78,6 +79,12 @@ class ViT(keras.Model):
         model = cls(ViTConfig(**{**fields, **overrides}), dtype=dtype)
         checkpoints.assign(model, weights, f"{source} ({kind})")
         return model
+
+    @property
+    def image_transform(self):
+        """The `ImageTransform` that turns an image of any size into this model's input (its
+        config's size, crop fraction and interpolation)."""
+        return ImageTransform.of(self.config)
 
     def attention_model(self):
         """A model sharing this one's weights: images -> list of L attention probabilities,

@@ -8,8 +8,12 @@ build `--help` and check arguments without loading Keras or TensorFlow.
 # The model's classifier: the class token, or the mean of the patch tokens ("global average pool").
 POOLING_MODES = ("token", "gap")
 
-# The evaluation transform: resize to size / EVAL_CROP, then centre-crop to size (Inception-style).
+# The evaluation transform (keras_vit.transform): resize to size / EVAL_CROP, then centre-crop to
+# size (Inception-style), by default; a model's config holds its own crop and interpolation.
 EVAL_CROP = 0.875
+# Bicubic is left out: TensorFlow's, JAX's and torch's kernels differ by up to ~4 pixel levels, so
+# a model would be served (tf.data, SavedModel) other than it predicts on JAX or PyTorch.
+INTERPOLATIONS = ("bilinear", "nearest")
 
 # Class names, one per line, in output order: in a run directory, a SavedModel's assets and a
 # .tflite's metadata.

@@ -46,8 +46,10 @@ def run_dir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def source(run_dir):
     from keras_vit.export import load_source
+    from keras_vit.training import export_samples
 
-    return load_source(run_dir)
+    source = load_source(run_dir)
+    return source.with_data(export_samples(source.model, run_dir))
 
 
 @pytest.fixture(scope="module")

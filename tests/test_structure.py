@@ -38,3 +38,33 @@ def test_each_shared_name_and_list_is_defined_once_in_keras_vit_names():
             elif isinstance(node, ast.Constant) and node.value in scalars and not isinstance(node.value, bool):
                 copies.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.value!r}")
     assert not copies, "defined again outside keras_vit/names.py:\n" + "\n".join(copies)
+
+
+# Folder -> the packages its modules may not import, lazily inside a function or not: the core
+# knows no application and no command line; training and export do not know each other; the
+# command line and the benchmark suite sit on top.
+FORBIDDEN = {
+    "keras_vit": ("keras_vit.training", "keras_vit.export", "keras_vit.benchmark", "keras_vit_cli"),
+    "training": ("keras_vit.export", "keras_vit.benchmark", "keras_vit_cli"),
+    "export": ("keras_vit.training", "keras_vit.benchmark", "keras_vit_cli"),
+    "benchmark": ("keras_vit_cli",),
+}
+
+
+def _imported(tree):
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.module
+            yield from (f"{node.module}.{alias.name}" for alias in node.names)
+
+
+def test_imports_go_only_down_the_three_floors():
+    wrong = []
+    for folder, forbidden in FORBIDDEN.items():
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for name in set(_imported(ast.parse(path.read_text(), str(path)))):
+                if any(name == f or name.startswith(f + ".") for f in forbidden):
+                    wrong.append(f"{path.relative_to(ROOT)} imports {name}")
+    assert not wrong, "\n".join(sorted(wrong))

@@ -20,6 +20,7 @@ tf = pytest.importorskip("tensorflow")
 
 from keras_vit.training import TrainConfig, TrainingError, datasets, fit, pipeline  # noqa: E402
 from keras_vit.training.recipes import WarmupDecay, peak_learning_rate  # noqa: E402
+from keras_vit.transform import ImageTransform  # noqa: E402
 from keras_vit_cli import main  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,7 +52,7 @@ def test_pipeline_is_deterministic_and_shapes(tmp_path):
     np.testing.assert_array_equal(a.numpy(), b.numpy())
     assert a.shape == (8, 16, 16, 3) and la.shape == (8, 10)
     np.testing.assert_allclose(la.numpy().sum(-1), 1.0, atol=1e-5)  # mixed one-hot labels still sum to 1
-    images, _ = next(iter(pipeline.eval_pipeline(source.eval, (16, 16), 10, 4, crop=0.875)))
+    images, _ = next(iter(pipeline.eval_pipeline(source.eval, ImageTransform((16, 16), 0.875), 10, 4)))
     assert images.shape == (4, 16, 16, 3)
 
 

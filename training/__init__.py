@@ -9,5 +9,6 @@ Installed as `keras_vit.training` (see `package_dir` in setup.cfg). TensorFlow-o
 
 from keras_vit.training.config import TrainConfig
 from keras_vit.training.run import TrainingError, evaluate, fit, predict
+from keras_vit.training.samples import export_samples
 
-__all__ = ["TrainConfig", "TrainingError", "evaluate", "fit", "predict"]
+__all__ = ["TrainConfig", "TrainingError", "evaluate", "export_samples", "fit", "predict"]

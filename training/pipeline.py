@@ -1,12 +1,11 @@
-"""tf.data input pipelines: the official training crop, flips, MixUp/CutMix, eval crops.
+"""tf.data input pipelines: the official training crop, flips, MixUp/CutMix; evaluation batches
+through the model's own image transform.
 
 Random choices come from per-example seeds drawn from `config.seed` and stateless ops, so a
 run is reproducible even with parallel map calls.
 """
 
 import tensorflow as tf
-
-from keras_vit.names import EVAL_CROP
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -48,11 +47,12 @@ def train_pipeline(source_ds, num_examples, config, image_size, num_classes, glo
     return ds.prefetch(AUTOTUNE)
 
 
-def eval_pipeline(source_ds, image_size, num_classes, batch_size, crop=EVAL_CROP):
-    """Batches of resized, centre-cropped images with one-hot labels (in order, once)."""
+def eval_pipeline(source_ds, transform, num_classes, batch_size):
+    """Batches of images through `transform` (a model's `image_transform`, see
+    `keras_vit.transform`) with one-hot labels, in order, once."""
 
     def prepare(image, label):
-        return centre_crop(image, image_size, crop), tf.one_hot(label, num_classes)
+        return transform(image), tf.one_hot(label, num_classes)
 
     return source_ds.map(prepare, num_parallel_calls=AUTOTUNE).batch(batch_size).prefetch(AUTOTUNE)
 
@@ -105,17 +105,6 @@ def affine(image, size, seed, rotation=0.2, scale=0.1, shear=0.15, shift=0.125):
         interpolation="BILINEAR",
         fill_mode="CONSTANT",
     )[0]
-
-
-def centre_crop(image, size, crop=EVAL_CROP):
-    """Resizes so the centre `crop` fraction becomes `size`, then crops it (crop=1: resize only)."""
-    image = tf.cast(image, tf.float32)
-    if crop >= 1.0:
-        return tf.image.resize(image, size, method="bilinear")
-    big = [int(round(s / crop)) for s in size]
-    image = tf.image.resize(image, big, method="bilinear")
-    top, left = (big[0] - size[0]) // 2, (big[1] - size[1]) // 2
-    return image[top : top + size[0], left : left + size[1]]
 
 
 def mix(batch, seed, mixup_alpha, cutmix_alpha):

@@ -16,6 +16,7 @@ from keras_vit.training import datasets, multi_worker, pipeline, recipes
 from keras_vit.training.callbacks import AtomicCheckpoint, StopOnNaN
 from keras_vit.training.config import TrainConfig
 from keras_vit.training.strategy import make_placement
+from keras_vit.transform import ImageTransform
 
 logger = logging.getLogger("keras_vit")
 CONFIG_FILE, LABELS_FILE, EVAL_FILE = names.RUN_CONFIG, names.RUN_LABELS, names.RUN_EVAL
@@ -63,15 +64,15 @@ def fit(config, overwrite=False, verbose="auto"):
         model.optimizer.build(model.trainable_variables)
     if c.strategy == "multi_worker":
         multi_worker.apply(model)
-    size = model.config.image_size
+    size, num_classes = model.config.image_size, len(source.class_names)
     train = pipeline.train_pipeline(
-        source.train, source.num_train, c, size, len(source.class_names), global_batch, cache=c.is_digits
+        source.train, source.num_train, c, size, num_classes, global_batch, cache=c.is_digits
     )
     # The epoch kept as best.keras is chosen on the selection split, never on the evaluation
     # split that eval.json reports.
-    selection = (
-        None if source.select is None else _eval_pipeline(source.select, c, size, len(source.class_names), global_batch)
-    )
+    selection = None
+    if source.select is not None:
+        selection = pipeline.eval_pipeline(source.select, model.image_transform, num_classes, global_batch)
     nan = StopOnNaN()
     callbacks = [
         keras.callbacks.BackupAndRestore(str(run_dir / "backup")),
@@ -127,7 +128,7 @@ def evaluate(source, dataset=None, verbose="auto"):
         raise ValueError(
             f"{c.dataset} has {len(data_source.class_names)} classes; the model has {model.config.num_classes}."
         )
-    data = _eval_pipeline(data_source.eval, c, model.config.image_size, model.config.num_classes, c.batch_size)
+    data = pipeline.eval_pipeline(data_source.eval, model.image_transform, model.config.num_classes, c.batch_size)
     model.compile(
         loss=keras.losses.CategoricalCrossentropy(from_logits=True),
         metrics=[
@@ -155,15 +156,13 @@ def predict(source, images, top_k=5, labels=None, crop=None):
 
     `source`: a run directory, a `.keras` file or a checkpoint; `labels`: a file or list of
     class names (default: the run's `labels.txt`, else class indices); `crop`: the centre-crop
-    fraction before resizing (default: the run's evaluation transform, else `EVAL_CROP`)."""
+    fraction before resizing (default: the model's own, `model.image_transform`)."""
     model = saving.load_model(source)
     names = saving.label_names(source, model.config.num_classes, labels)
-    if crop is None:
-        from_run = saving.is_run_dir(source) and (Path(source) / CONFIG_FILE).is_file()
-        crop = load_run_config(source).eval_crop if from_run else pipeline.EVAL_CROP
-    batch = np.stack(
-        [pipeline.centre_crop(np.asarray(image), model.config.image_size, crop).numpy() for image in images]
-    )
+    transform = model.image_transform
+    if crop is not None:
+        transform = ImageTransform(model.config.image_size, crop, model.config.interpolation)
+    batch = np.stack([keras.ops.convert_to_numpy(transform(np.asarray(image))) for image in images])
     probabilities = keras.ops.convert_to_numpy(keras.ops.softmax(model.predict(batch, verbose=0), axis=-1))
     top = np.argsort(-probabilities, axis=-1)[:, :top_k]
     return [[(names[i], float(p[i])) for i in row] for row, p in zip(top, probabilities)]
@@ -196,10 +195,6 @@ def _build_model(c, num_classes):
     if c.weights:  # fine-tuning: a fresh zero head, position embeddings resampled (see load_weights)
         keras_vit.load_weights(model, c.weights)
     return model
-
-
-def _eval_pipeline(ds, c, size, num_classes, batch):
-    return pipeline.eval_pipeline(ds, size, num_classes, batch, crop=c.eval_crop)
 
 
 # How a run executes, not what it computes: a run may resume with these changed.

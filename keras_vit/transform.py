@@ -1,0 +1,47 @@
+"""The image transform: how an image of any size becomes a model's input."""
+
+import keras
+
+from keras_vit.names import EVAL_CROP, INTERPOLATIONS
+
+
+class ImageTransform:
+    """Resizes an image so that its centre `crop` fraction becomes `size` (height, width), then
+    crops that centre (`crop=1`: resize only), with `interpolation`; float32 pixels in [0, 255]
+    out (the model normalises them itself).
+
+    Takes one image `(H, W, C)` or a batch, of any dtype. Built from Keras preprocessing layers,
+    it runs eagerly on every backend and inside `tf.data` or a `tf.function` (the training
+    pipelines, the SavedModel's bytes signature) whatever the backend. `ImageTransform.of(config)`
+    is a model's own: its `ViTConfig` holds the crop fraction and interpolation it was evaluated
+    with.
+    """
+
+    def __init__(self, size, crop=EVAL_CROP, interpolation="bilinear"):
+        self.size = (size, size) if isinstance(size, int) else tuple(int(s) for s in size)
+        self.crop = float(crop)
+        self.interpolation = interpolation
+        if not 0.0 < self.crop <= 1.0:
+            raise ValueError(f"the crop fraction must be in (0, 1]; got {crop}.")
+        if interpolation not in INTERPOLATIONS:
+            raise ValueError(f"interpolation must be one of {INTERPOLATIONS}; got {interpolation!r}.")
+        resized = self.size if self.crop == 1.0 else tuple(int(round(s / self.crop)) for s in self.size)
+        self._layers = [
+            keras.layers.Rescaling(1.0, dtype="float32"),  # any dtype -> float32, before resizing rounds
+            keras.layers.Resizing(*resized, interpolation=interpolation, dtype="float32"),
+        ]
+        if resized != self.size:
+            self._layers.append(keras.layers.CenterCrop(*self.size, dtype="float32"))
+
+    @classmethod
+    def of(cls, config):
+        """The transform of a model with this `ViTConfig`."""
+        return cls(config.image_size, config.crop_fraction, config.interpolation)
+
+    def __call__(self, images):
+        for layer in self._layers:
+            images = layer(images)
+        return images
+
+    def __repr__(self):
+        return f"ImageTransform(size={self.size}, crop={self.crop}, interpolation={self.interpolation!r})"

@@ -1,0 +1,46 @@
+"""Samples of a model's data for the export application: calibration images, held-out arrays
+and a fine-tuning pipeline, made the way training and evaluation make them."""
+
+import numpy as np
+
+from keras_vit import saving
+from keras_vit.training import datasets, pipeline
+from keras_vit.training.config import TrainConfig
+from keras_vit.training.run import load_run_config
+
+
+def export_samples(model, source=None, dataset=None, calibration_size=200, eval_limit=2000):
+    """The data `keras_vit.export.ExportSource` takes, as keyword arguments, or None when there
+    is none: `dataset` ("digits", "tfds:NAME" or a folder; its splits as `train` makes them with
+    the default options), else the data of `source` when it is a run directory.
+
+    The held-out images pass through the model's own `image_transform`; `calibration_size`
+    training images (shuffled with the run's seed) likewise; `train` is the run's augmented
+    training pipeline for quantisation-aware training, pruning and clustering."""
+    if dataset:
+        config = TrainConfig(dataset=dataset).resolved()
+    elif source is not None and saving.is_run_dir(source):
+        config = load_run_config(source)
+    else:
+        return None
+    data = datasets.load(config)
+    size, num_classes = tuple(model.config.image_size), model.config.num_classes
+    if len(data.class_names) != num_classes:
+        raise ValueError(f"{config.dataset} has {len(data.class_names)} classes; the model has {num_classes}.")
+
+    def arrays(ds, limit):
+        ds = pipeline.eval_pipeline(ds.take(limit), model.image_transform, num_classes, 64)
+        images, labels = zip(*((x.numpy(), y.numpy()) for x, y in ds))
+        return np.concatenate(images), np.concatenate(labels).argmax(-1)
+
+    eval_images, eval_labels = arrays(data.eval, eval_limit)
+    calibration, _ = arrays(data.train.shuffle(data.num_train, seed=config.seed), calibration_size)
+    batch = min(config.batch_size, data.num_train)
+    return dict(
+        eval_images=eval_images,
+        eval_labels=eval_labels,
+        calibration_images=calibration,
+        train=pipeline.train_pipeline(data.train, data.num_train, config, size, num_classes, batch),
+        steps_per_epoch=max(1, data.num_train // batch),
+        label_smoothing=config.label_smoothing or 0.0,
+    )
