@@ -5,8 +5,9 @@ from pathlib import Path
 import numpy as np
 
 
-def load_image(path, size, sample="china.jpg"):
-    """Returns (uint8 array `(H, W, 3)` resized to `size` = (H, W) unless None, description).
+def load_image(path, transform=None, sample="china.jpg"):
+    """Returns (pixels `(H, W, 3)`, description): uint8 as decoded, or through `transform` (a
+    model's `image_transform`: float32 at the model's size) when given.
 
     Without `path`, the photo `sample` bundled with scikit-learn is used (no download)."""
     from PIL import Image, UnidentifiedImageError
@@ -25,7 +26,9 @@ def load_image(path, size, sample="china.jpg"):
             image.load()
         except (UnidentifiedImageError, OSError) as error:
             raise ValueError(f"cannot read image {path}: {error}") from None
-    image = image.convert("RGB")  # grayscale, CMYK, palette, RGBA -> RGB
-    if size is not None:
-        image = image.resize((size[1], size[0]), Image.BILINEAR)
-    return np.asarray(image, dtype=np.uint8), source
+    pixels = np.asarray(image.convert("RGB"), dtype=np.uint8)  # grayscale, CMYK, palette, RGBA -> RGB
+    if transform is not None:
+        import keras
+
+        pixels = keras.ops.convert_to_numpy(transform(pixels))
+    return pixels, source

@@ -28,12 +28,11 @@ def run(args):
 
     model = load_model(args.model)
     out = Path(args.out)
-    size = model.config.image_size
+    transform = model.image_transform  # as the model is evaluated
     if args.images:
-        pixels = np.stack([image_io.load_image(p, size)[0] for p in args.images]).astype("float32")
+        pixels = np.stack([image_io.load_image(p, transform)[0] for p in args.images])
     else:
-        pixels = np.stack([image_io.load_image(None, size, sample=n)[0] for n in ("china.jpg", "flower.jpg")])
-        pixels = pixels.astype("float32")
+        pixels = np.stack([image_io.load_image(None, transform, sample=n)[0] for n in ("china.jpg", "flower.jpg")])
     ext = args.format
     written = [
         plot.patch_components(*inspect.patch_embedding_components(model), out / f"patch_embedding_components.{ext}"),

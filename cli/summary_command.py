@@ -27,12 +27,18 @@ def run(args):
     import keras_vit
 
     config = keras_vit.get_config(args.preset, **model_overrides(args))  # validates before any heavy work
-    image, source = image_io.load_image(args.image, config.image_size)
+    from keras_vit.transform import ImageTransform
+
+    transform = ImageTransform.of(config)
+    image, source = image_io.load_image(args.image, transform)
 
     model = keras_vit.ViT(config, dtype=args.dtype, name=args.preset)
     model.summary(line_length=96)
     print(f"parameters: {keras_vit.count_params(model):,}")
-    print(f"input: {source} resized to {config.image_size[0]}x{config.image_size[1]}")
+    how = "whole" if transform.crop == 1.0 else f"centre {transform.crop:g}"
+    print(
+        f"input: {source} resized to {config.image_size[0]}x{config.image_size[1]} ({how}, {transform.interpolation})"
+    )
 
     batch = image[None].astype("float32")
     model.predict(batch, verbose=0)  # first call traces/compiles

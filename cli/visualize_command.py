@@ -32,7 +32,7 @@ def run(args):
     from keras_vit.saving import load_model
 
     model = load_model(args.model)
-    pixels = np.stack([image_io.load_image(path, model.config.image_size)[0] for path in args.images]).astype("float32")
+    pixels = np.stack([image_io.load_image(path, model.image_transform)[0] for path in args.images])
     names = [Path(p).name for p in args.images]
     if args.method == "attention":
         maps = inspect.class_token_attention(model, pixels)
