@@ -15,7 +15,11 @@ def add_parser(subparsers):
         "graph constants, which TensorFlow runs faster on CPU. --tflite writes "
         "NAME_MODE.tflite files with label metadata (MediaPipe-ready), builtin ops only. Every artifact is run on "
         "the held-out images; the report (export_report.json/.md) gives size, top-1, agreement with the Keras "
-        f"model and batch-1 latency. Quantisation modes: {', '.join(_MODES)}.",
+        f"model and batch-1 latency; export_config.yaml beside it records the options. Quantisation modes: "
+        f"{', '.join(_MODES)}.",
+    )
+    parser.add_argument(
+        "--config", help="YAML file of export options (ExportConfig fields, e.g. modes: [float32, int8]); flags win"
     )
     parser.add_argument("source", help="run directory from `keras-vit train`, or a .keras model file")
     parser.add_argument("--saved-model", metavar="DIR", help="TF Serving model base directory")
@@ -24,74 +28,74 @@ def add_parser(subparsers):
         "--quantize",
         nargs="+",
         metavar="MODE",
-        default=["float32", "int8"],
+        choices=_MODES,
         help="LiteRT modes (default: float32 int8); int8-mixed computes softmax, GELU and "
         "the normalisations in float32: faster on CPUs, not for integer-only accelerators",
     )
     parser.add_argument(
         "--io-type",
-        default="float32",
         help="input/output type of int8 and int8-mixed (float32, int8, uint8) and int16x8 (float32, int16) files",
     )
-    parser.add_argument("--name", default="vit", help="model name: TF Serving folder and .tflite prefix (vit)")
+    parser.add_argument("--name", help="model name: TF Serving folder and .tflite prefix (vit)")
     parser.add_argument(
         "--freeze",
         action="store_true",
+        default=None,
         help="SavedModel with the weights as graph constants: faster on CPU (weight casts folded, "
         "matmuls on constant weights), graphs up to 2 GiB",
     )
     parser.add_argument("--version", type=int, help="TF Serving version (default: the next free number)")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing version or .tflite file")
-    parser.add_argument("--qat-epochs", type=int, default=0, help="quantisation-aware fine-tuning, then int8")
+    parser.add_argument(
+        "--overwrite", action="store_true", default=None, help="replace an existing version or .tflite file"
+    )
+    parser.add_argument("--qat-epochs", type=int, help="quantisation-aware fine-tuning epochs, then int8 (0: none)")
     parser.add_argument("--prune", type=float, metavar="SPARSITY", help="magnitude pruning to SPARSITY in (0, 1)")
     parser.add_argument("--cluster", type=int, metavar="N", help="weight clustering into N shared values")
-    parser.add_argument("--finetune-epochs", type=int, default=2, help="fine-tuning epochs of --prune/--cluster")
+    parser.add_argument("--finetune-epochs", type=int, help="fine-tuning epochs of --prune/--cluster (2)")
     parser.add_argument("--labels", help="label file (one name per line) for a .keras source")
     parser.add_argument("--dataset", help="training data of a .keras source: digits, tfds:NAME or a folder")
-    parser.add_argument("--calibration-size", type=int, default=200, help="representative images for int8")
-    parser.add_argument("--eval-limit", type=int, default=2000, help="held-out images to check on")
-    parser.add_argument("--threads", type=int, default=2, help="LiteRT interpreter threads for the latency")
+    parser.add_argument("--calibration-size", type=int, help="representative images for int8 (200)")
+    parser.add_argument("--eval-limit", type=int, help="held-out images to check on (2000)")
+    parser.add_argument("--threads", type=int, help="LiteRT interpreter threads for the latency (2)")
     parser.add_argument("--report-dir", help="where the report goes (default: the --tflite or --saved-model dir)")
     parser.set_defaults(run=run)
 
 
+# flag -> ExportConfig field; defaults stay None so a --config file can set them.
+_FIELDS = {
+    "saved_model": "saved_model_dir",
+    "tflite": "tflite_dir",
+    "quantize": "modes",
+    "io_type": "io_type",
+    "name": "name",
+    "freeze": "freeze",
+    "version": "version",
+    "overwrite": "overwrite",
+    "qat_epochs": "qat_epochs",
+    "prune": "prune",
+    "cluster": "cluster",
+    "finetune_epochs": "finetune_epochs",
+    "calibration_size": "calibration_size",
+    "eval_limit": "eval_limit",
+    "threads": "threads",
+    "report_dir": "report_dir",
+}
+
+
 def run(args):
-    from keras_vit_cli import CommandError
-
-    unknown = [m for m in args.quantize if m not in _MODES]
-    if unknown:
-        raise CommandError(f"unknown quantisation mode {unknown[0]!r}; choose from {', '.join(_MODES)}.")
-    if not args.saved_model and not args.tflite:
-        raise CommandError("nothing to export: pass --saved-model DIR, --tflite DIR or both.")
-    if args.calibration_size < 1 or args.eval_limit < 1 or args.threads < 1:
-        raise CommandError("--calibration-size, --eval-limit and --threads must be positive.")
     from keras_vit import saving
-    from keras_vit.export import ExportError, export, load_source
+    from keras_vit.export import ExportConfig, ExportError, export, load_source
 
+    options = {field: getattr(args, flag) for flag, field in _FIELDS.items() if getattr(args, flag) is not None}
+    config = ExportConfig.from_yaml(args.config, **options) if args.config else ExportConfig(**options)
     source = load_source(args.source, labels=args.labels)
     if args.dataset or saving.is_run_dir(args.source):
         from keras_vit.training import export_samples
 
         try:
-            data = export_samples(source.model, args.source, args.dataset, args.calibration_size, args.eval_limit)
+            data = export_samples(source.model, args.source, args.dataset, config.calibration_size, config.eval_limit)
         except (ValueError, OSError) as error:
             raise ExportError(str(error)) from None
         source = source.with_data(data)
-    result = export(
-        source,
-        saved_model_dir=args.saved_model,
-        tflite_dir=args.tflite,
-        modes=args.quantize,
-        io_type=args.io_type,
-        name=args.name,
-        version=args.version,
-        overwrite=args.overwrite,
-        qat_epochs=args.qat_epochs,
-        prune=args.prune,
-        cluster=args.cluster,
-        finetune_epochs=args.finetune_epochs,
-        report_dir=args.report_dir,
-        threads=args.threads,
-        freeze=args.freeze,
-    )
+    result = export(source, config)
     print(result["table"])

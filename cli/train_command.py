@@ -42,12 +42,20 @@ _FLAGS = {
     "--weight-decay": ("weight_decay", dict(type=float)),
     "--label-smoothing": ("label_smoothing", dict(type=float)),
     "--randaugment": ("randaugment", dict(type=float, help="RandAugment strength in (0, 1] (off by default)")),
+    "--ema": (
+        "ema",
+        dict(type=float, help="keep an exponential moving average of the weights with this momentum (e.g. 0.999)"),
+    ),
     "--mixup": ("mixup", dict(type=float, help="MixUp Beta alpha (0: off)")),
     "--cutmix": ("cutmix", dict(type=float, help="CutMix Beta alpha (0: off)")),
     "--strategy": ("strategy", dict(choices=names.STRATEGIES)),
     "--tpu": ("tpu", dict(help="TPU name or address for --strategy tpu")),
     "--precision": ("precision", dict(choices=names.PRECISIONS)),
     "--steps-per-execution": ("steps_per_execution", dict(type=int)),
+    "--checkpoint-interval": (
+        "checkpoint_interval",
+        dict(type=float, help="seconds between saves of last.keras and the resume state (30; 0: every epoch)"),
+    ),
     "--seed": ("seed", dict(type=int)),
 }
 

@@ -6,10 +6,11 @@ Installed as `keras_vit.export` (see `package_dir` in setup.cfg). TensorFlow-onl
     from keras_vit.training import export_samples   # the run's data (training application)
     source = load_source("runs/digits")               # best checkpoint and labels
     source = source.with_data(export_samples(source.model, "runs/digits"))
-    report = export(source, saved_model_dir="export/serving", tflite_dir="export/tflite",
-                    modes=("float32", "int8"))
+    config = ExportConfig(saved_model_dir="export/serving", tflite_dir="export/tflite", modes=("float32", "int8"))
+    report = export(source, config)    # or ExportConfig.from_yaml("export.yaml", name="digits")
 """
 
+from keras_vit.export.config import ExportConfig
 from keras_vit.export.exporter import export
 from keras_vit.export.frozen import freeze
 from keras_vit.export.litert import MODES, LiteRTModel, check_ops, convert, keras_module
@@ -18,6 +19,7 @@ from keras_vit.export.source import ExportError, ExportSource, load_source
 
 __all__ = [
     "MODES",
+    "ExportConfig",
     "ExportError",
     "ExportSource",
     "LiteRTModel",

@@ -1,6 +1,7 @@
 """`export`: SavedModel and LiteRT files of one model, each run on held-out images and
 reported; files are staged in a temporary directory and moved into place at the end."""
 
+import dataclasses
 import logging
 import os
 import shutil
@@ -12,64 +13,37 @@ import keras
 import numpy as np
 
 from keras_vit.export import litert, metadata, report, serving
+from keras_vit.export.config import ExportConfig
 from keras_vit.export.source import ExportError
 
 logger = logging.getLogger("keras_vit")
 LATENCY_NOTE = "median of 20 batch-1 runs (LiteRT: ai_edge_litert, {threads} threads; SavedModel: TensorFlow)"
 
 
-def export(
-    source,
-    saved_model_dir=None,
-    tflite_dir=None,
-    modes=("float32", "int8"),
-    io_type="float32",
-    name="vit",
-    version=None,
-    overwrite=False,
-    qat_epochs=0,
-    prune=None,
-    cluster=None,
-    finetune_epochs=2,
-    report_dir=None,
-    threads=2,
-    freeze=False,
-):
-    """Exports `source` (an `ExportSource`) and returns the report (also written as
-    `export_report.json`/`.md` to `report_dir`, default the TFLite or SavedModel directory).
-
-    `modes`: LiteRT modes (see `litert.MODES`), files `{name}_{mode}.tflite`; `io_type`:
-    input/output type of the int8, int8-mixed and int16x8 files. `prune` (sparsity) and `cluster` (number
-    of clusters): fine-tuned `finetune_epochs` through the tfmot bridge, exported as float32
-    and, if "int8" is among `modes`, int8. `qat_epochs`: quantisation-aware fine-tuning,
-    exported as full-integer int8. `freeze`: the SavedModel holds its weights as graph
-    constants (see `keras_vit.export.frozen`)."""
-    modes = tuple(modes)
-    unknown = [m for m in modes if m not in litert.MODES]
-    if unknown:
-        raise ExportError(f"unknown quantisation mode {unknown[0]!r}; choose from {', '.join(litert.MODES)}.")
-    io_types = {"float32"}.union(*litert.IO_TYPES.values())
-    if io_type not in io_types:
-        raise ExportError(f"unknown input/output type {io_type!r}; choose from {', '.join(sorted(io_types))}.")
-    if not saved_model_dir and not tflite_dir:
-        raise ExportError("nothing to export: give a SavedModel directory, a TFLite directory or both.")
-    if freeze and not saved_model_dir:
-        raise ExportError("freezing applies to the SavedModel: give a SavedModel directory.")
-    if (qat_epochs or prune or cluster) and not tflite_dir:
-        raise ExportError("QAT, pruning and clustering produce LiteRT files: give a TFLite directory.")
-    plan = _tflite_plan(name, modes, qat_epochs, prune, cluster) if tflite_dir else []
-    if tflite_dir and not overwrite:
-        taken = [f for f, *_ in plan if (Path(tflite_dir) / f).exists()]
+def export(source, config=None, **options):
+    """Exports `source` (an `ExportSource`) as `config` (an `ExportConfig`; `options` are its
+    fields, given instead or overriding it) and returns the report, also written as
+    `export_report.json`/`.md` with the config as `export_config.yaml` to the report directory
+    (default: the TFLite, else the SavedModel directory)."""
+    if config is None:
+        config = ExportConfig(**options)
+    elif options:
+        config = dataclasses.replace(config, **options)
+    c = config
+    source = _limited(source, c)
+    plan = _tflite_plan(c.name, c.modes, c.qat_epochs, c.prune, c.cluster) if c.tflite_dir else []
+    if c.tflite_dir and not c.overwrite:
+        taken = [f for f, *_ in plan if (Path(c.tflite_dir) / f).exists()]
         if taken:
-            raise ExportError(f"{Path(tflite_dir) / taken[0]} exists; pass --overwrite to replace it.")
+            raise ExportError(f"{Path(c.tflite_dir) / taken[0]} exists; pass --overwrite to replace it.")
     needs_calibration = any(mode in litert.CALIBRATED for _, _, mode in plan)
     if needs_calibration and source.calibration_images is None:
         raise ExportError(
             "int8, int8-mixed and int16x8 need calibration images: export a run directory or pass --dataset."
         )
-    if (qat_epochs or prune or cluster) and source.train is None:
+    if c.fine_tunes and source.train is None:
         raise ExportError("QAT, pruning and clustering fine-tune: export a run directory or pass --dataset.")
-    if qat_epochs or prune or cluster:
+    if c.fine_tunes:
         from keras_vit.export import tfmot_bridge
 
         tfmot_bridge.check_installed()
@@ -77,26 +51,48 @@ def export(
     images, labels, eval_source = _held_out(source)
     reference = _softmax(source.model.predict(images, batch_size=64, verbose=0))
     rows = []
-    if tflite_dir:
-        values = {"float": None, "pruned": prune, "clustered": cluster, "qat": qat_epochs}
+    if c.tflite_dir:
+        values = {"float": None, "pruned": c.prune, "clustered": c.cluster, "qat": c.qat_epochs}
         rows += _export_tflite(
-            source, plan, values, Path(tflite_dir), name, io_type, images, labels, reference, threads, finetune_epochs
+            source,
+            plan,
+            values,
+            Path(c.tflite_dir),
+            c.name,
+            c.io_type,
+            images,
+            labels,
+            reference,
+            c.threads,
+            c.finetune_epochs,
         )
-    if saved_model_dir:
+    if c.saved_model_dir:
         target = serving.save_serving_model(
-            source, saved_model_dir, name=name, version=version, overwrite=overwrite, freeze=freeze
+            source, c.saved_model_dir, name=c.name, version=c.version, overwrite=c.overwrite, freeze=c.freeze
         )
-        rows.insert(0, _measure_saved_model(target, images, labels, reference, freeze))
+        rows.insert(0, _measure_saved_model(target, images, labels, reference, c.freeze))
     result = {
-        "model": name,
+        "model": c.name,
         "num_eval": int(len(images)),
         "eval_source": eval_source,
         "reference": "float Keras model",
-        "latency_note": LATENCY_NOTE.format(threads=threads),
+        "latency_note": LATENCY_NOTE.format(threads=c.threads),
         "artifacts": rows,
     }
-    result["table"] = report.write(result, report_dir or tflite_dir or saved_model_dir)
+    report_dir = c.report_dir or c.tflite_dir or c.saved_model_dir
+    result["table"] = report.write(result, report_dir)
+    c.write(report_dir)
     return result
+
+
+def _limited(source, c):
+    """`source` with at most `eval_limit` held-out and `calibration_size` calibration images."""
+    data = {}
+    if source.eval_images is not None:
+        data.update(eval_images=source.eval_images[: c.eval_limit], eval_labels=source.eval_labels[: c.eval_limit])
+    if source.calibration_images is not None:
+        data.update(calibration_images=source.calibration_images[: c.calibration_size])
+    return source.with_data(data)
 
 
 def _tflite_plan(name, modes, qat_epochs, prune, cluster):

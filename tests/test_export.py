@@ -35,7 +35,7 @@ def run_dir(tmp_path_factory):
                 epochs=20,
                 learning_rate=2e-3,
                 augment="translate",
-                model=dict(patch_size=4, classifier="token"),
+                model=dict(image_size=16, patch_size=4, hidden_size=96, mlp_dim=192, classifier="token"),
                 jit_compile=True,
             ),
             verbose=0,
@@ -54,19 +54,19 @@ def source(run_dir):
 
 @pytest.fixture(scope="module")
 def exported(source, tmp_path_factory):
-    from keras_vit.export import export
+    from keras_vit.export import ExportConfig, export
 
     out = tmp_path_factory.mktemp("export")
-    report = export(
-        source,
-        out / "serving",
-        out / "tflite",
+    config = ExportConfig(
+        saved_model_dir=out / "serving",
+        tflite_dir=out / "tflite",
         modes=("float32", "float16", "dynamic", "int8", "int8-mixed", "int16x8"),
         qat_epochs=2,
         prune=0.5,
         cluster=16,
         finetune_epochs=2,
     )
+    report = export(source, config)
     return out, {row["artifact"]: row for row in report["artifacts"]}, report
 
 
@@ -96,7 +96,7 @@ def test_report_meets_the_accuracy_size_and_agreement_bars(source, exported):
     table = (out / "tflite" / "export_report.md").read_text()
     assert all(f"| {name} |" in table for name in rows)
     assert sorted(p.name for p in (out / "tflite").iterdir()) == sorted(
-        [n for n in rows if n.endswith(".tflite")] + ["export_report.json", "export_report.md"]
+        [n for n in rows if n.endswith(".tflite")] + ["export_config.yaml", "export_report.json", "export_report.md"]
     )
 
 
@@ -397,7 +397,7 @@ def test_frozen_mixed_bfloat16_model_equals_its_graph_and_bad_models_fail_clearl
 
 
 def test_bad_input_gives_one_line_and_leaves_nothing_half_written(source, run_dir, tmp_path, capsys, monkeypatch):
-    from keras_vit.export import ExportError, ExportSource, export, litert
+    from keras_vit.export import ExportConfig, ExportError, ExportSource, export, litert
     from keras_vit_cli import main
 
     def fails(args):
@@ -405,9 +405,14 @@ def test_bad_input_gives_one_line_and_leaves_nothing_half_written(source, run_di
         err = capsys.readouterr().err.strip().splitlines()
         return err[-1]
 
-    assert "choose from float32, float16, dynamic, int8, int8-mixed, int16x8" in fails(
-        [str(run_dir), "--tflite", str(tmp_path), "--quantize", "int4"]
-    )
+    with pytest.raises(SystemExit) as exited:  # argparse: usage and one error line
+        main(["export", str(run_dir), "--tflite", str(tmp_path), "--quantize", "int4"])
+    assert exited.value.code == 2 and "invalid choice: 'int4'" in capsys.readouterr().err.splitlines()[-1]
+    with pytest.raises(ExportError, match="choose from float32, float16, dynamic, int8, int8-mixed, int16x8"):
+        ExportConfig(tflite_dir=str(tmp_path), modes=("int4",))
+    assert "prune (the sparsity) must be in (0, 1)" in fails([str(run_dir), "--tflite", str(tmp_path), "--prune", "2"])
+    (tmp_path / "bad.yaml").write_text("modes: [float32]\nqantize: 3\n")
+    assert "unknown export option(s): qantize" in fails([str(run_dir), "--config", str(tmp_path / "bad.yaml")])
     assert "model file not found" in fails([str(tmp_path / "missing.keras"), "--tflite", str(tmp_path)])
     (tmp_path / "corrupt.keras").write_bytes(b"not a zip")
     assert "cannot load" in fails([str(tmp_path / "corrupt.keras"), "--tflite", str(tmp_path / "t")])
@@ -467,6 +472,27 @@ def test_cli_export_of_a_keras_file_with_uint8_io(source, run_dir, tmp_path, cap
     assert runner.input["dtype"] == np.uint8 and runner.output["dtype"] == np.uint8
     report = json.loads((tmp_path / "export_report.json").read_text())
     assert report["artifacts"][0]["io_type"] == "uint8" and report["artifacts"][0]["agreement"] >= 0.98
+    import yaml
+
+    record = yaml.safe_load((tmp_path / "export_config.yaml").read_text())
+    assert (record["modes"], record["io_type"], record["name"]) == (["int8"], "uint8", "digits")
+    # The record as a --config file, a flag overriding one of its options.
+    assert (
+        main(
+            [
+                "export",
+                str(run_dir / "best.keras"),
+                "--dataset",
+                "digits",
+                "--config",
+                str(tmp_path / "export_config.yaml"),
+                "--name",
+                "again",
+            ]
+        )
+        == 0
+    )
+    assert LiteRTModel((tmp_path / "again_int8.tflite").read_bytes()).input["dtype"] == np.uint8
     assert (
         main(
             [

@@ -175,7 +175,7 @@ def test_saved_model_answers_both_signatures_in_bare_tensorflow(exported, journe
         from PIL import Image
         loaded = tf.saved_model.load({str(home / "serving" / "vit" / "1")!r})
         files = {[str(p) for p in images]!r}
-        pixels = np.stack([np.asarray(Image.open(f).convert("RGB").resize((16, 16), Image.BILINEAR), np.float32)
+        pixels = np.stack([np.asarray(Image.open(f).convert("RGB").resize((24, 24), Image.BILINEAR), np.float32)
                            for f in files])
         by_pixels = loaded.signatures["serving_default"](images=tf.constant(pixels))
         encoded = tf.constant([open(f, "rb").read() for f in files])
@@ -210,7 +210,7 @@ def test_tflite_answers_in_ai_edge_litert_and_mediapipe(exported, journey):
             litert, media = [], []
             for f in files:
                 # at the model's size already: MediaPipe's own resize of an 8x8 image is not bilinear
-                rgb = Image.open(f).convert("RGB").resize((16, 16), Image.BILINEAR)
+                rgb = Image.open(f).convert("RGB").resize((24, 24), Image.BILINEAR)
                 pixels = np.asarray(rgb, np.float32)[None]
                 interpreter.set_tensor(inp["index"], pixels)
                 interpreter.invoke()
@@ -242,7 +242,7 @@ def test_finetune_from_an_official_layout_npz_at_a_larger_resolution(journey):
         "--weights",
         npz,
         "--image-size",
-        "24",
+        "32",
         "--epochs",
         "1",
         "--run-dir",
@@ -252,7 +252,7 @@ def test_finetune_from_an_official_layout_npz_at_a_larger_resolution(journey):
     # one epoch from random weights reaches about 20%; from the trained weights far more
     assert result["top1"] >= 0.9, result
     config = (home / "finetuned" / "config.yaml").read_text()
-    assert "recipe: finetune" in config and "image_size: 24" in config
+    assert "recipe: finetune" in config and "image_size: 32" in config
 
 
 @pytest.mark.parametrize("backend", ["jax", "torch"])

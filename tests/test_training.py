@@ -255,7 +255,7 @@ def test_run_resumes_with_execution_settings_changed(tmp_path, caplog):
     (run_dir / "backup" / "state").write_text("an interrupted run's state")
     caplog.set_level(logging.INFO, logger="keras_vit")
     run._prepare_run_dir(dataclasses.replace(config, jit_compile=True, steps_per_execution=2), overwrite=False)
-    assert "resumes with jit_compile: False there, True now, steps_per_execution: 1 there, 2 now" in caplog.text
+    assert "resumes with jit_compile: False there, True now, steps_per_execution: None there, 2 now" in caplog.text
     assert (run_dir / "backup" / "state").exists() and "jit_compile: true" in (run_dir / "config.yaml").read_text()
     with pytest.raises(ValueError, match=r"different config \(epochs: 1 there, 2 now\); pass --overwrite"):
         run._prepare_run_dir(dataclasses.replace(config, epochs=2, jit_compile=True), overwrite=False)
@@ -269,9 +269,10 @@ def test_nan_loss_stops_with_a_reason(tmp_path):
         fit(config, verbose=0)
 
 
-def test_xla_is_off_by_default_on_cpu_only_machines_and_on_when_asked(tmp_path, caplog):
+def test_xla_is_off_by_default_on_cpu_only_machines_on_for_digits_and_when_asked(tmp_path, caplog):
     import tensorflow as tf
 
+    from keras_vit.training.strategy import make_placement
     from keras_vit_cli import build_parser
 
     parse = build_parser().parse_args
@@ -280,9 +281,11 @@ def test_xla_is_off_by_default_on_cpu_only_machines_and_on_when_asked(tmp_path, 
         True,
         False,
     ]
+    gpu = bool(tf.config.list_physical_devices("GPU"))
+    other = TrainConfig(dataset="tfds:cifar10").resolved()
+    assert other.jit_compile is None and make_placement(other).prefers_jit == gpu
     caplog.set_level(logging.INFO, logger="keras_vit")
-    default = ", XLA" if tf.config.list_physical_devices("GPU") else "graph mode (no XLA)"
-    for jit_compile, expected in ((None, default), (True, ", XLA")):
+    for jit_compile, expected in ((None, ", XLA"), (False, "graph mode (no XLA)")):  # digits: XLA by default
         caplog.clear()
         fit(
             TrainConfig(run_dir=str(tmp_path / str(jit_compile)), model=SMALL_MODEL, epochs=1, jit_compile=jit_compile),
@@ -529,8 +532,51 @@ def test_resumed_run_keeps_the_best_epoch_of_before_the_interruption(tmp_path):
 
 def test_dataset_defaults_fill_only_unset_options():
     digits = TrainConfig().resolved()
-    assert (digits.flip, digits.augment, digits.label_smoothing, digits.epochs) == (False, "affine", 0.1, 70)
+    assert (digits.flip, digits.augment, digits.label_smoothing, digits.epochs) == (False, "affine", 0.1, 100)
     mine = TrainConfig(flip=True, augment="inception", label_smoothing=0.0, epochs=3).resolved()
     assert (mine.flip, mine.augment, mine.label_smoothing, mine.epochs) == (True, "inception", 0.0, 3)
     other = TrainConfig(dataset="tfds:cifar10").resolved()
     assert (other.flip, other.augment, other.label_smoothing) == (True, "inception", 0.0)
+
+
+def test_ema_saves_the_moving_average_of_the_weights(tmp_path):
+    """With a momentum this close to 1 the average barely leaves the initial weights, while the
+    weights themselves move: best.keras (and what is evaluated) must be the average."""
+    import keras
+
+    import keras_vit
+    from keras_vit.training.run import _build_model
+
+    def saved(name, **options):
+        config = TrainConfig(run_dir=str(tmp_path / name), model=SMALL_MODEL, epochs=2, **options)
+        fit(config, verbose=0)
+        model = keras_vit.saving.load_model(tmp_path / name)
+        return [keras.ops.convert_to_numpy(w) for w in model.weights]
+
+    config = TrainConfig(model=SMALL_MODEL).resolved()
+    keras.utils.set_random_seed(config.seed)  # as fit does before building the model
+    initial = [keras.ops.convert_to_numpy(w) for w in _build_model(config, 10).weights]
+    moved = max(np.abs(a - b).max() for a, b in zip(saved("raw"), initial))
+    averaged = max(np.abs(a - b).max() for a, b in zip(saved("ema", ema=0.999999), initial))
+    assert moved > 1e-2 and averaged < 1e-4, (moved, averaged)
+    with pytest.raises(ValueError, match="ema"):
+        TrainConfig(ema=1.0)
+
+
+def test_checkpoints_wait_for_their_interval_but_never_miss_the_last_epoch_or_a_better_one(tmp_path):
+    import keras_vit
+    from keras_vit.training.callbacks import AtomicCheckpoint
+
+    callback = AtomicCheckpoint(tmp_path, monitor="val_accuracy", interval=3600)
+    callback.set_model(keras_vit.ViT(keras_vit.ViTConfig(**SMALL_MODEL, num_classes=3)))
+    callback.set_params({"epochs": 3})
+    last = tmp_path / "last.keras"
+    callback.on_epoch_end(0, {"loss": 1.0, "val_accuracy": 0.5})  # the first epoch is saved
+    first = last.stat().st_mtime_ns
+    callback.on_epoch_end(1, {"loss": 0.9, "val_accuracy": 0.4})  # within the interval, no better
+    assert last.stat().st_mtime_ns == first and callback.best == 0.5
+    (tmp_path / "best.keras").unlink()
+    callback.on_epoch_end(1, {"loss": 0.8, "val_accuracy": 0.6})  # better: best.keras at once
+    assert (tmp_path / "best.keras").is_file() and last.stat().st_mtime_ns == first
+    callback.on_epoch_end(2, {"loss": 0.7, "val_accuracy": 0.55})  # the last epoch
+    assert last.stat().st_mtime_ns > first

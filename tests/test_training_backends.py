@@ -1,8 +1,13 @@
 """The training application under whichever backend this run uses (TensorFlow and JAX)."""
 
 import json
+import os
+import subprocess
+import sys
+import textwrap
 
 import keras
+import pytest
 
 from keras_vit.training import TrainConfig, fit
 from keras_vit.training.strategy import make_placement
@@ -17,3 +22,35 @@ def test_fit_runs_on_this_backend(tmp_path):
     assert placement.replicas == 1  # this machine: one CPU device
     if keras.backend.backend() == "jax":
         assert placement.strategy is None  # Keras distribution API (DataParallel with more devices)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "jax", reason="Keras DataParallel on virtual JAX devices")
+@pytest.mark.parametrize("devices", [2, 3])
+def test_jax_data_parallel_counts_every_held_out_example_once(devices, tmp_path):
+    """359 held-out and 144 selection examples divide by neither 2 nor 3 devices: the padded
+    last batches must count each example once, as one device does."""
+    run_dir = tmp_path / "run"
+    trained = _python(
+        f"""
+        from keras_vit.training import TrainConfig, fit
+        model = dict(image_size=16, patch_size=4, hidden_size=32, num_layers=1, num_heads=2, mlp_dim=64)
+        config = TrainConfig(run_dir={str(run_dir)!r}, model=model, epochs=1, selection_fraction=0.1)
+        print(json.dumps(fit(config, verbose=0)))
+        """,
+        devices,
+    )
+    alone = _python(f"from keras_vit.training import evaluate; print(json.dumps(evaluate({str(run_dir)!r})))", 1)
+    assert "DataParallel" in trained.stderr
+    parallel, single = json.loads(trained.stdout.splitlines()[-1]), json.loads(alone.stdout.splitlines()[-1])
+    assert parallel["num_examples"] == single["num_examples"] == 359
+    assert abs(parallel["top1"] - single["top1"]) < 1e-6 and abs(parallel["top5"] - single["top5"]) < 1e-6
+    assert abs(parallel["loss"] - single["loss"]) < 1e-4
+
+
+def _python(code, devices):
+    env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
+    env.update(KERAS_BACKEND="jax", XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
+    script = "import json, logging\nlogging.basicConfig(level=logging.INFO)\n" + textwrap.dedent(code)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result

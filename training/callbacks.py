@@ -1,9 +1,11 @@
-"""Callbacks of a run: atomic best/last checkpoints and a clean stop on a NaN loss."""
+"""Callbacks of a run: atomic best/last checkpoints, resume state at most every so many
+seconds, and a clean stop on a NaN loss."""
 
 import csv
 import math
 import os
 import shutil
+import time
 from pathlib import Path
 
 import keras
@@ -12,18 +14,53 @@ from keras_vit.names import RUN_CHECKPOINTS
 from keras_vit.saving import inference_copy, save_model
 
 
-class AtomicCheckpoint(keras.callbacks.Callback):
-    """Saves `last.keras` after every epoch and `best.keras` when `monitor` improves (every
-    epoch when `monitor` is None), each written to a temporary file and renamed, so a kill
-    never leaves a half-written model, and without the optimizer, so it loads wherever
-    keras_vit is imported (`backup/` holds the resumable state). Epochs whose loss is not
-    finite are never saved."""
+class _Every:
+    """True on the first call, then once at least `seconds` have passed since the last True."""
 
-    def __init__(self, run_dir, monitor="val_accuracy"):
+    def __init__(self, seconds):
+        self.seconds = float(seconds)
+        self._last = None
+
+    def __call__(self):
+        now = time.monotonic()
+        if self._last is not None and now - self._last < self.seconds:
+            return False
+        self._last = now
+        return True
+
+
+def _is_last_epoch(callback, epoch):
+    return epoch + 1 >= callback.params.get("epochs", 0) if callback.params else True
+
+
+class PeriodicBackupAndRestore(keras.callbacks.BackupAndRestore):
+    """Keras's `BackupAndRestore`, writing the resume state after the first epoch and then
+    only once `interval` seconds have passed (0: every epoch). Short epochs then do not spend
+    their time saving (digits: about 0.15 s of each 1 s epoch on 2 cores); a killed run
+    repeats at most `interval` seconds of work."""
+
+    def __init__(self, backup_dir, interval=30.0):
+        super().__init__(backup_dir)
+        self._due = _Every(interval)
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self._due():
+            super().on_epoch_end(epoch, logs)
+
+
+class AtomicCheckpoint(keras.callbacks.Callback):
+    """Saves `last.keras` after the first epoch, then once `interval` seconds have passed and
+    after the last epoch, and `best.keras` whenever `monitor` improves (with `last.keras` when
+    `monitor` is None), each written to a temporary file and renamed, so a kill never leaves a
+    half-written model, and without the optimizer, so it loads wherever keras_vit is imported
+    (`backup/` holds the resumable state). Epochs whose loss is not finite are never saved."""
+
+    def __init__(self, run_dir, monitor="val_accuracy", interval=0.0):
         super().__init__()
         self.run_dir = Path(run_dir)
         self.monitor = monitor
         self.best = -math.inf
+        self._due = _Every(interval)
         self._copy = None  # the uncompiled model that is saved, its weights updated each epoch
 
     def on_train_begin(self, logs=None):
@@ -43,16 +80,20 @@ class AtomicCheckpoint(keras.callbacks.Callback):
         logs = logs or {}
         if not math.isfinite(logs.get("loss", math.nan)):
             return
-        self._copy = inference_copy(self.model, into=self._copy)
         best, last = RUN_CHECKPOINTS
-        self._save(last)
-        if self.monitor is None:  # best is last: the same bytes, copied and renamed into place
-            temporary = self.run_dir / ".best.keras.tmp.keras"
-            shutil.copyfile(self.run_dir / last, temporary)
-            os.replace(temporary, self.run_dir / best)
+        value = logs.get(self.monitor) if self.monitor is not None else None
+        improved = value is not None and value > self.best
+        save_last = _is_last_epoch(self, epoch) or self._due()
+        if not (save_last or improved):
             return
-        value = logs.get(self.monitor)
-        if value is not None and value > self.best:
+        self._copy = inference_copy(self.model, into=self._copy)
+        if save_last:
+            self._save(last)
+            if self.monitor is None:  # best is last: the same bytes, copied and renamed into place
+                temporary = self.run_dir / ".best.keras.tmp.keras"
+                shutil.copyfile(self.run_dir / last, temporary)
+                os.replace(temporary, self.run_dir / best)
+        if improved:
             self.best = value
             self._save(best)
 

@@ -47,12 +47,27 @@ def train_pipeline(source_ds, num_examples, config, image_size, num_classes, glo
     return ds.prefetch(AUTOTUNE)
 
 
-def eval_pipeline(source_ds, transform, num_classes, batch_size):
+def eval_pipeline(source_ds, transform, num_classes, batch_size, num_examples=None, multiple=1):
     """Batches of images through `transform` (a model's `image_transform`, see
-    `keras_vit.transform`) with one-hot labels, in order, once."""
+    `keras_vit.transform`) with one-hot labels, in order, once.
+
+    `multiple` > 1 (data-parallel devices that each need an equal share of every batch): the
+    `num_examples` examples get weights 1, then blank examples of weight 0 make the last batch
+    a multiple too, so weighted metrics count every example once and no other."""
 
     def prepare(image, label):
         return transform(image), tf.one_hot(label, num_classes)
+
+    if multiple > 1:
+        if num_examples is None:
+            raise ValueError("padding for data-parallel devices needs the number of examples.")
+        batch_size = -(-batch_size // multiple) * multiple
+        ds = source_ds.map(prepare, num_parallel_calls=AUTOTUNE).map(lambda x, y: (x, y, tf.constant(1.0)))
+        padding = (-num_examples) % multiple
+        if padding:
+            blank = ds.take(1).map(lambda x, y, w: (tf.zeros_like(x), tf.zeros_like(y), tf.constant(0.0)))
+            ds = ds.concatenate(blank.repeat(padding))
+        return ds.batch(batch_size).prefetch(AUTOTUNE)
 
     return source_ds.map(prepare, num_parallel_calls=AUTOTUNE).batch(batch_size).prefetch(AUTOTUNE)
 

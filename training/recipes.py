@@ -54,13 +54,27 @@ def build_optimizer(config, steps_per_epoch, global_batch):
     )
     if config.recipe == "pretrain":
         optimizer = FusedAdamW(
-            schedule, beta_1=0.9, beta_2=0.999, weight_decay=config.weight_decay, global_clipnorm=config.clip_norm
+            schedule,
+            beta_1=0.9,
+            beta_2=0.999,
+            weight_decay=config.weight_decay,
+            global_clipnorm=config.clip_norm,
+            **_ema(config),
         )
         optimizer.exclude_from_weight_decay(var_names=NO_DECAY)
         return optimizer
     optimizer = FusedSGD(
-        schedule, momentum=0.9, global_clipnorm=config.clip_norm, weight_decay=config.weight_decay or None
+        schedule,
+        momentum=0.9,
+        global_clipnorm=config.clip_norm,
+        weight_decay=config.weight_decay or None,
+        **_ema(config),
     )
     if config.weight_decay:
         optimizer.exclude_from_weight_decay(var_names=NO_DECAY)
     return optimizer
+
+
+def _ema(config):
+    """Keras's moving average of the weights (`use_ema`), when the config asks for one."""
+    return dict(use_ema=True, ema_momentum=config.ema) if config.ema else {}

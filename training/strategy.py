@@ -104,6 +104,17 @@ def _xla_beats_graph_on_cpu(config):
     return config.precision == "mixed_bfloat16" and has_bf16_instructions() is False
 
 
+def batch_multiple():
+    """What every batch's size must divide by: the data-parallel devices of the Keras
+    distribution that `make_placement` set under JAX, else 1 (tf.distribute strategies split
+    uneven batches themselves)."""
+    if keras.backend.backend() != "jax" or keras.distribution.distribution() is None:
+        return 1
+    distribution = keras.distribution.distribution()
+    mesh = distribution.device_mesh
+    return int(mesh.shape[list(mesh.axis_names).index(distribution.batch_dim_name)])
+
+
 def _jax_placement(config):
     import jax
 

@@ -1,0 +1,109 @@
+"""`ExportConfig`: everything an export depends on; YAML file + flag overrides."""
+
+import dataclasses
+from pathlib import Path
+
+from keras_vit.config import check_fields, to_plain_dict
+from keras_vit.export.litert import IO_TYPES
+from keras_vit.export.source import ExportError
+from keras_vit.names import LITERT_MODES
+
+CONFIG_FILE = "export_config.yaml"  # written beside the report: how the export was made
+
+
+@dataclasses.dataclass
+class ExportConfig:
+    """An export: what to write, in which LiteRT modes, and how it is checked.
+
+    Artifacts: `saved_model_dir` (TF Serving layout `NAME/VERSION/`; `freeze`: weights as graph
+    constants) and/or `tflite_dir` (`{name}_{mode}.tflite` per mode of `modes`; `io_type`: the
+    input/output type of the calibrated modes). `prune` (sparsity in (0, 1)) and `cluster`
+    (number of shared values): fine-tuned `finetune_epochs` through the tfmot bridge, exported
+    as float32 and, with "int8" among `modes`, int8; `qat_epochs`: quantisation-aware
+    fine-tuning, exported as int8. Checks: `calibration_size` training images calibrate,
+    `eval_limit` held-out images check every artifact, `threads` LiteRT threads time it;
+    the report goes to `report_dir` (default: the TFLite, else SavedModel directory).
+    """
+
+    saved_model_dir: str | None = None
+    tflite_dir: str | None = None
+    modes: tuple = ("float32", "int8")
+    io_type: str = "float32"
+    name: str = "vit"
+    version: int | None = None
+    overwrite: bool = False
+    freeze: bool = False
+    qat_epochs: int = 0
+    prune: float | None = None
+    cluster: int | None = None
+    finetune_epochs: int = 2
+    calibration_size: int = 200
+    eval_limit: int = 2000
+    threads: int = 2
+    report_dir: str | None = None
+
+    def __post_init__(self):
+        self.modes = (self.modes,) if isinstance(self.modes, str) else tuple(self.modes)
+        for path in ("saved_model_dir", "tflite_dir", "report_dir"):
+            if getattr(self, path) is not None:
+                setattr(self, path, str(getattr(self, path)))
+        unknown = [m for m in self.modes if m not in LITERT_MODES]
+        if unknown:
+            raise ExportError(f"unknown quantisation mode {unknown[0]!r}; choose from {', '.join(LITERT_MODES)}.")
+        io_types = {"float32"}.union(*IO_TYPES.values())
+        if self.io_type not in io_types:
+            raise ExportError(f"unknown input/output type {self.io_type!r}; choose from {', '.join(sorted(io_types))}.")
+        if not self.saved_model_dir and not self.tflite_dir:
+            raise ExportError("nothing to export: give a SavedModel directory, a TFLite directory or both.")
+        if self.freeze and not self.saved_model_dir:
+            raise ExportError("freezing applies to the SavedModel: give a SavedModel directory.")
+        if self.fine_tunes and not self.tflite_dir:
+            raise ExportError("QAT, pruning and clustering produce LiteRT files: give a TFLite directory.")
+        for name in ("calibration_size", "eval_limit", "threads", "finetune_epochs"):
+            if int(getattr(self, name)) < 1:
+                raise ExportError(f"{name} must be positive; got {getattr(self, name)}.")
+        if self.qat_epochs < 0:
+            raise ExportError(f"qat_epochs must be >= 0; got {self.qat_epochs}.")
+        if self.prune is not None and not 0.0 < self.prune < 1.0:
+            raise ExportError(f"prune (the sparsity) must be in (0, 1); got {self.prune}.")
+        if self.cluster is not None and self.cluster < 2:
+            raise ExportError(f"cluster (the number of shared values) must be at least 2; got {self.cluster}.")
+        if self.version is not None and self.version < 1:
+            raise ExportError(f"version must be a positive integer; got {self.version}.")
+
+    @property
+    def fine_tunes(self):
+        """Whether QAT, pruning or clustering fine-tune the model (needs training data)."""
+        return bool(self.qat_epochs or self.prune or self.cluster)
+
+    def to_dict(self):
+        return to_plain_dict(self)
+
+    def write(self, directory):
+        """Writes the config as `export_config.yaml` into `directory`; returns its path."""
+        import yaml
+
+        path = Path(directory) / CONFIG_FILE
+        path.write_text(yaml.safe_dump(self.to_dict(), sort_keys=True))
+        return path
+
+    @classmethod
+    def from_dict(cls, values):
+        try:
+            check_fields(cls, values, "export option")
+        except ValueError as error:
+            raise ExportError(str(error)) from None
+        return cls(**values)
+
+    @classmethod
+    def from_yaml(cls, path, **overrides):
+        """Reads a YAML file of ExportConfig fields; `overrides` (e.g. command-line flags) win."""
+        import yaml
+
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"config file not found: {path}")
+        values = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(values, dict):
+            raise ExportError(f"{path}: expected a mapping of export options.")
+        return cls.from_dict({**values, **overrides})
