@@ -1,4 +1,6 @@
-"""Markdown tables of a benchmark result (what docs/benchmarks.md shows)."""
+"""A benchmark result as Markdown tables and as a bar chart (what docs/benchmarks.md shows)."""
+
+from pathlib import Path
 
 from keras_vit.benchmark.suite import BOTH, mode_label
 
@@ -80,3 +82,49 @@ def markdown(result):
         for t in result["targets"]:
             lines.append(f"| {t['target']} | {t['value']:.3f} | {t['bar']} | {'yes' if t['met'] else 'NO'} |")
     return "\n".join(lines) + "\n"
+
+
+_COLOURS = {"keras_vit": "tab:blue", "keras-hub": "tab:orange", "timm": "tab:green"}
+
+
+def chart(result, path):
+    """The result's rows as horizontal bars, one panel per case (images/s, or batch-1 latency
+    for LiteRT), coloured by implementation; saved to `path` (PNG, or SVG/PDF by extension).
+    Returns the path, or None when the result has no rows. Needs matplotlib."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display needed
+    import matplotlib.pyplot as plt
+
+    panels = []
+    for kind, rows in result["results"].items():
+        key, unit = ("latency_ms", "ms (lower is faster)") if kind == "litert" else ("images_per_s", "images/s")
+        for case in dict.fromkeys(row["case"] for row in rows):
+            bars = [row for row in rows if row["case"] == case and row.get(key) is not None]
+            if bars:
+                panels.append((case, unit, [(f"{r['implementation']} {mode_label(r)}", r[key], r) for r in bars]))
+    if not panels:
+        return None
+    heights = [0.22 * len(bars) + 0.6 for _, _, bars in panels]
+    fig, axes = plt.subplots(
+        len(panels), 1, figsize=(7, sum(heights) + 0.6), gridspec_kw={"height_ratios": heights}, squeeze=False
+    )
+    for ax, (case, unit, bars) in zip(axes[:, 0], panels):
+        labels, values, rows = zip(*bars)
+        ax.barh(range(len(bars)), values, color=[_COLOURS.get(r["implementation"], "tab:gray") for r in rows])
+        ax.set_yticks(range(len(bars)), labels, fontsize=7)
+        ax.invert_yaxis()
+        ax.set_title(case, fontsize=8, loc="left")
+        ax.set_xlabel(unit, fontsize=7)
+        ax.tick_params(axis="x", labelsize=7)
+        ax.set_xlim(0, max(values) * 1.15)
+        for y, value in enumerate(values):
+            ax.text(value, y, f" {value:,.0f}" if value >= 100 else f" {value:.1f}", va="center", fontsize=6)
+    machine = result["machine"]
+    gpu = (machine.get("accelerator") or {}).get("name")
+    fig.suptitle(f"{gpu or machine['cpu']}, suite {result['suite']}, {result['backend']}, {result['date']}", fontsize=9)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

@@ -14,7 +14,8 @@ def add_parser(subparsers):
         "is timed in rounds (each once per round), so load on a shared machine falls on all alike, and the case's "
         "rows print when its rounds end. On the CPU an FP32 FMA probe runs in the inference and training rounds too, "
         "and each of their rows gives its share of the peak probed beside it. The JSON result lists the machine "
-        "(with its measured FP32 FMA peak), versions and the targets met. `quick` takes minutes; `full` "
+        "(with its measured FP32 FMA peak), versions and the targets met; a Markdown table (.md) and a bar chart "
+        "(.png) of it are written next to it. `quick` takes minutes; `full` "
         "(ViT-S/16, B/16, Ti/16 and a CIFAR-size model) about half an hour on 2 cores; "
         "`gpu` (batch 256, ViT-B/16 training) is for a GPU under "
         "KERAS_BACKEND=jax and adds model-FLOPs utilisation against the GPU's measured bf16 matmul rate.",
@@ -40,7 +41,11 @@ def add_parser(subparsers):
     )
     parser.add_argument("--repeats", type=int, default=5, help="timed repeats per figure, at least 5 (default 5)")
     parser.add_argument("--threads", type=int, default=2, help="CPU threads every runtime is pinned to (default 2)")
-    parser.add_argument("--out", required=True, help="result JSON file (a Markdown table is written next to it)")
+    parser.add_argument(
+        "--out",
+        required=True,
+        help="result JSON file (a Markdown table and, with matplotlib, a bar chart are written next to it)",
+    )
     parser.set_defaults(run=run)
 
 
@@ -81,6 +86,15 @@ def run(args):
     Path(args.out).with_suffix(".md").write_text(table)
     print(table)
     print(f"wrote {args.out}")
+    try:
+        from keras_vit.benchmark.report import chart
+
+        drawn = chart(result, Path(args.out).with_suffix(".png"))
+    except ImportError:  # matplotlib comes with the inspect extra
+        print("no bar chart: matplotlib is not installed (pip install 'keras-vit[inspect]')")
+    else:
+        if drawn:
+            print(f"wrote {drawn}")
 
 
 def _progress(row):
