@@ -1,0 +1,187 @@
+"""The documentation against the code: every `keras-vit` command shown in a ```bash block of
+README.md or docs/*.md parses with the current command line, and every image, file and heading
+the pages link exists. Parsing builds the CLI's argparse parser in this process (no Keras, nothing runs)."""
+
+import argparse
+import contextlib
+import io
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from keras_vit_cli import build_parser
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+_FENCE = re.compile(r"^```(\S*)[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
+_LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+_HTML_IMAGE = re.compile(r"<img[^>]+src=\"([^\"]+)\"")
+_SHELL_BREAKS = {"&&", "||", ";", "|", "(", ")"}
+
+
+def _parser():
+    """The `keras-vit` parser with abbreviations off, so that a misspelled or shortened flag is an
+    error rather than a prefix of a real one (argparse takes `--epoch` for `--epochs`)."""
+    parser = build_parser()
+    parser.allow_abbrev = False
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for subparser in action.choices.values():
+                subparser.allow_abbrev = False
+    return parser
+
+
+def _bash_blocks(page):
+    for match in _FENCE.finditer(page.read_text()):
+        if match.group(1) in ("bash", "sh", "shell", "console"):
+            yield match.group(2)
+
+
+def _commands(block):
+    """The argument lists of the `keras-vit` invocations in a bash block: line continuations
+    joined, comments dropped, split at `&&`, `;`, `|` and the like, leading VAR=value
+    assignments skipped."""
+    text = block.replace("\\\n", " ")
+    for line in text.splitlines():
+        lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        lexer.commenters = "#"
+        segment = []
+        for token in [*lexer, ";"]:
+            if token not in _SHELL_BREAKS:
+                segment.append(token)
+                continue
+            words = segment
+            while words and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]):
+                words = words[1:]
+            if words and words[0] == "keras-vit":
+                yield words[1:]
+            segment = []
+
+
+def _documented_commands():
+    found = []
+    for page in PAGES:
+        for block in _bash_blocks(page):
+            for argv in _commands(block):
+                found.append((f"{page.relative_to(ROOT)}: keras-vit {shlex.join(argv)}", argv))
+    return found
+
+
+COMMANDS = _documented_commands()
+
+
+def _parse_error(argv):
+    """None if `keras-vit ARGV` parses; else argparse's message."""
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
+            _parser().parse_args(argv)
+    except SystemExit as exit:
+        if exit.code not in (0, None):  # --help exits 0
+            return stderr.getvalue().strip().splitlines()[-1]
+    return None
+
+
+def test_the_docs_show_commands_of_every_subcommand():
+    shown = {argv[0] for _, argv in COMMANDS if argv and not argv[0].startswith("-")}
+    assert len(COMMANDS) >= 20, COMMANDS
+    parser = _parser()
+    subcommands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    assert shown >= set(subcommands), sorted(set(subcommands) - shown)
+    readme = [where for where, _ in COMMANDS if where.startswith("README.md")]
+    assert len(readme) >= 8, readme
+
+
+@pytest.mark.parametrize("where, argv", COMMANDS, ids=[where for where, _ in COMMANDS])
+def test_documented_command_parses(where, argv):
+    assert _parse_error(argv) is None, f"{where}\n  {_parse_error(argv)}"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["train", "--epoch", "5"],  # a prefix of --epochs
+        ["train", "--run_dir", "runs/x"],
+        ["export", "runs/digits", "--tflite", "out", "--quantise", "int8"],
+        ["predict", "m.keras", "x.png", "--top-k", "three"],
+        ["benchmark", "--suite", "full"],  # --out is required
+        ["visualise", "m.keras", "x.png", "--out", "y.png"],
+        ["train", "--epochs", "five"],
+    ],
+)
+def test_a_misspelled_flag_command_or_value_fails(argv):
+    assert _parse_error(argv) is not None
+
+
+def test_command_extraction_handles_continuations_comments_and_prefixes():
+    block = (
+        "KERAS_BACKEND=jax keras-vit benchmark --suite gpu \\\n    --out gpu.json   # a comment\n"
+        "pip install x && keras-vit train --epochs 2; echo done\n"
+        "docker run image   # not ours\n"
+    )
+    assert list(_commands(block)) == [
+        ["benchmark", "--suite", "gpu", "--out", "gpu.json"],
+        ["train", "--epochs", "2"],
+    ]
+
+
+def _targets(page):
+    """The relative link targets of a page (`path` or `path#anchor`), code blocks left out."""
+    text = _FENCE.sub("", page.read_text())  # links inside code blocks are code, not links
+    for target in [*_LINK.findall(text), *_HTML_IMAGE.findall(text)]:
+        if not re.match(r"^[a-z][a-z0-9+.-]*:", target):  # not a URL
+            yield target
+
+
+def _links(page):
+    return [t.split("#")[0] for t in _targets(page) if not t.startswith("#")]
+
+
+def _anchors(page):
+    """GitHub's anchors of a page's headings: lower case, punctuation dropped, spaces as hyphens."""
+    text = _FENCE.sub("", page.read_text())
+    headings = re.findall(r"^#+\s+(.*?)\s*$", text, re.MULTILINE)
+    return {re.sub(r"[^a-z0-9 _-]", "", h.lower()).replace(" ", "-") for h in headings}
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
+def test_every_linked_image_and_file_exists(page):
+    missing = [t for t in _links(page) if not (page.parent / t).exists()]
+    assert not missing, f"{page.relative_to(ROOT)} links to missing files: {missing}"
+    wrong = []
+    for target in _targets(page):
+        path, _, anchor = target.partition("#")
+        linked = (page.parent / path) if path else page
+        if anchor and linked.suffix == ".md" and linked.exists() and anchor not in _anchors(linked):
+            wrong.append(target)
+    assert not wrong, f"{page.relative_to(ROOT)} links to headings that do not exist: {wrong}"
+
+
+def test_the_inspection_figures_are_in_docs_images():
+    images = {t for page in PAGES for t in _links(page) if t.endswith((".png", ".svg"))}
+    assert any("rollout" in t for t in images) and any("attention_distance" in t for t in images), images
+    assert any("position_similarity" in t for t in images) and any("patch_embedding" in t for t in images), images
+
+
+def test_benchmark_chart_has_a_panel_per_case(tmp_path):
+    """`keras-vit benchmark` draws its result as bars next to its Markdown table."""
+    pytest.importorskip("matplotlib")
+    from PIL import Image
+
+    from keras_vit.benchmark import report
+
+    rows = dict(
+        inference=[
+            dict(case="S/16 inference b32", implementation=i, mode="float32", compiler=c, images_per_s=v)
+            for i, c, v in (("keras_vit", "graph", 20.0), ("keras-hub", "xla", 18.0), ("timm", None, 16.0))
+        ],
+        litert=[dict(case="S/16 LiteRT b1", implementation="keras_vit", mode="int8", latency_ms=17.0)],
+    )
+    result = dict(date="2026-11-24", suite="full", backend="tensorflow", machine=dict(cpu="AMD EPYC"), results=rows)
+    path = report.chart(result, tmp_path / "results.png")
+    with Image.open(path) as image:
+        assert image.format == "PNG" and image.size[1] > 150
+    assert report.chart(dict(result, results={}), tmp_path / "empty.png") is None
