@@ -13,7 +13,7 @@ COLUMNS = (
     ("gzip_kb", "gzip (kB)"),
     ("top1", "top-1"),
     ("agreement", "top-1 agreement"),
-    ("max_prob_diff", "max |Δp|"),
+    ("max_prob_diff", "max abs Δp"),  # no "|" in a Markdown table cell
     ("latency_ms", "batch-1 latency (ms)"),
 )
 

@@ -10,7 +10,7 @@ from keras_vit.names import AUGMENTS, DECAYS, PRECISIONS, RECIPES, STRATEGIES
 # of 4x4 pixels (1.33 original pixels a side) pooled by their mean, evaluated and served resized
 # whole (crop_fraction 1: an 8x8 digit has no border to crop). Trained 100 epochs on seeds 0-4,
 # it got 6/4/5/3/1 of the 359 held-out images wrong, where 16 tokens of width 96 got 6/5/8/5
-# wrong on seeds 0-3 (2 Zen 4 cores; README, "Data").
+# wrong on seeds 0-3 (2 Zen 4 cores; docs/training.md, "Data").
 DIGITS_MODEL = dict(
     image_size=24,
     patch_size=4,

@@ -56,10 +56,10 @@ class _ScalarsOncePerUpdate:
     """The scalar inputs of the fused kernels, built once per traced update (and device and dtype)
     and shared by every variable's kernel, instead of once per variable.
 
-    Per variable, they were about 15 of the 20 ops of ViT-Ti/16's traced update (3012 ops for
-    152 variables; 1104 now). The arithmetic is the same, but Python built and the graph
-    optimiser read every copy before the first step: 13.7 s against 10.1 s here
-    (docs/benchmarks.md, seventeenth session).
+    Built per variable, they would be about 15 of the 20 ops of ViT-Ti/16's traced update (3012
+    ops for 152 variables, against 1104). The arithmetic is the same, but Python builds and the
+    graph optimiser reads every copy before the first step: 13.7 s against 10.1 s on 2 CPU cores
+    (docs/benchmarks.md).
     """
 
     _update_scalars = None  # {(name, device, dtype): tensor} while an update is being built
