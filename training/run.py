@@ -47,8 +47,9 @@ def fit(config, overwrite=False, verbose="auto"):
         run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / LABELS_FILE).write_text("\n".join(source.class_names) + "\n")
     # The small digits model on one device runs fastest under XLA, 8 steps per call (Keras's
-    # multi-step loop fails under tf.distribute's Mirrored strategies).
-    small = c.is_digits and placement.replicas == 1 and placement.supports_jit
+    # multi-step loop fails under tf.distribute's Mirrored strategies; under PyTorch it takes one
+    # step per call and jit_compile means torch.compile).
+    small = c.is_digits and placement.replicas == 1 and placement.supports_jit and keras.backend.backend() != "torch"
     jit_compile = (placement.prefers_jit or small) if c.jit_compile is None else c.jit_compile
     with placement.scope():
         model = _build_model(c, len(source.class_names))
