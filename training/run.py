@@ -142,7 +142,8 @@ def evaluate(source, dataset=None, verbose="auto"):
         data_source.eval, model.image_transform, model.config.num_classes, c.batch_size, data_source.num_eval, multiple
     )
     model.compile(
-        # Padding examples (weight 0, see eval_pipeline) count in neither the loss nor the metrics.
+        # Padding examples (weight 0, see eval_pipeline) count in no metric; the loss averages
+        # batches by size, so a padded last batch weighs a little more (reported loss: ~1e-3).
         loss=keras.losses.CategoricalCrossentropy(from_logits=True, reduction="mean_with_sample_weight"),
         weighted_metrics=[
             keras.metrics.CategoricalAccuracy(name="accuracy"),
