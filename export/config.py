@@ -3,7 +3,7 @@
 import dataclasses
 from pathlib import Path
 
-from keras_vit.config import check_fields, to_plain_dict
+from keras_vit.config import check_fields, read_yaml_options, to_plain_dict
 from keras_vit.export.litert import IO_TYPES
 from keras_vit.export.source import ExportError
 from keras_vit.names import LITERT_MODES
@@ -98,12 +98,8 @@ class ExportConfig:
     @classmethod
     def from_yaml(cls, path, **overrides):
         """Reads a YAML file of ExportConfig fields; `overrides` (e.g. command-line flags) win."""
-        import yaml
-
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"config file not found: {path}")
-        values = yaml.safe_load(path.read_text()) or {}
-        if not isinstance(values, dict):
-            raise ExportError(f"{path}: expected a mapping of export options.")
+        try:
+            values = read_yaml_options(path, "export option")
+        except ValueError as error:
+            raise ExportError(str(error)) from None
         return cls.from_dict({**values, **overrides})

@@ -1,6 +1,7 @@
 """`ViTConfig`: the one description of a Vision Transformer that every model is built from."""
 
 import dataclasses
+from pathlib import Path
 
 from keras_vit.names import EVAL_CROP, INTERPOLATIONS, POOLING_MODES
 
@@ -175,6 +176,19 @@ class ViTConfig:
 def to_plain_dict(instance):
     """A dataclass as a YAML/JSON-friendly dict: tuples become lists."""
     return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(instance).items()}
+
+
+def read_yaml_options(path, what):
+    """The mapping of options in YAML file `path` (`what` names them in errors)."""
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"config file not found: {path}")
+    values = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(values, dict):
+        raise ValueError(f"{path}: expected a mapping of {what}s.")
+    return values
 
 
 def check_fields(cls, values, what):

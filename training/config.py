@@ -1,9 +1,8 @@
 """`TrainConfig`: everything a training run depends on; YAML file + flag overrides."""
 
 import dataclasses
-from pathlib import Path
 
-from keras_vit.config import check_fields, to_plain_dict
+from keras_vit.config import check_fields, read_yaml_options, to_plain_dict
 from keras_vit.names import AUGMENTS, DECAYS, PRECISIONS, RECIPES, STRATEGIES
 
 # The offline default: a 0.14M-parameter ViT on scikit-learn's digits upscaled to 24x24, 36 tokens
@@ -146,12 +145,4 @@ class TrainConfig:
     @classmethod
     def from_yaml(cls, path, **overrides):
         """Reads a YAML file of TrainConfig fields; `overrides` (e.g. command-line flags) win."""
-        import yaml
-
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"config file not found: {path}")
-        values = yaml.safe_load(path.read_text()) or {}
-        if not isinstance(values, dict):
-            raise ValueError(f"{path}: expected a mapping of training options.")
-        return cls.from_dict({**values, **overrides})
+        return cls.from_dict({**read_yaml_options(path, "training option"), **overrides})
