@@ -10,7 +10,7 @@ import importlib
 import os
 import re
 import sys
-import tempfile
+import threading
 
 from keras_vit_cli import (
     benchmark_command,
@@ -39,9 +39,13 @@ class CommandError(Exception):
     """Bad input found by a command: printed as one line, exit status 2."""
 
 
-# TensorFlow's start-up INFO lines (absl format, printed before logging is set up, whatever
-# TF_CPP_MIN_LOG_LEVEL says) and the notice that precedes them.
-_STARTUP_NOISE = re.compile(r"(I\d{4} \d|WARNING: All log messages before absl::InitializeLog)")
+# What TensorFlow's and LiteRT's native code prints to the process's stderr whatever the Python
+# log level says: absl INFO lines and the notice before them, the converter's quantisation
+# settings, LiteRT's XNNPACK notice. Nothing in them is for the user to act on.
+_NATIVE_NOISE = re.compile(
+    rb"(I\d{4} \d|WARNING: All log messages before absl::InitializeLog"
+    rb"|INFO: Created TensorFlow Lite XNNPACK delegate|fully_quantize: \d)"
+)
 
 
 def build_parser():
@@ -69,42 +73,50 @@ def build_parser():
 
 
 @contextlib.contextmanager
-def _startup_lines_hidden():
-    """Runs the block with file descriptor 2 captured, then writes back what it printed except
-    TensorFlow's start-up INFO lines."""
+def _native_noise_filtered():
+    """Runs the block with file descriptor 2 read line by line through a pipe, passing on at once
+    every line but `_NATIVE_NOISE`."""
     sys.stderr.flush()
     saved = os.dup(2)
-    with tempfile.TemporaryFile() as capture:
-        os.dup2(capture.fileno(), 2)
-        try:
-            yield
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            capture.seek(0)
-            for line in capture.read().decode(errors="replace").splitlines(keepends=True):
-                if not _STARTUP_NOISE.match(line):
-                    sys.stderr.write(line)
+    read, write = os.pipe()
+    os.dup2(write, 2)
+    os.close(write)
+
+    def pump():
+        with os.fdopen(read, "rb") as pipe:
+            for line in pipe:
+                if not _NATIVE_NOISE.match(line):
+                    os.write(saved, line)
+
+    thread = threading.Thread(target=pump, name="stderr-filter", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)  # the pipe's last write end closes: the pump drains it and stops
+        thread.join(timeout=5)
+        os.close(saved)
 
 
-def _load_keras(verbose):
-    """Imports keras_vit (and with it Keras and its backend). TensorFlow's INFO lines stay out of
-    normal output unless asked for (`--verbose`) or the user set TF_CPP_MIN_LOG_LEVEL."""
-    if verbose or "TF_CPP_MIN_LOG_LEVEL" in os.environ:
+def _run(args):
+    """Imports keras_vit (and with it Keras and its backend), then runs the command. Native
+    INFO lines stay out of normal output unless asked for (`--verbose`) or the user set
+    TF_CPP_MIN_LOG_LEVEL."""
+    if args.verbose or "TF_CPP_MIN_LOG_LEVEL" in os.environ:
         importlib.import_module("keras_vit")
-        return
+        return args.run(args)
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
-    with _startup_lines_hidden():
+    with _native_noise_filtered():
         importlib.import_module("keras_vit")
+        return args.run(args)
 
 
 def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        _load_keras(args.verbose)
-        return args.run(args) or 0
+        return _run(args) or 0
     # CheckpointError is a ValueError; keras_vit.training.TrainingError a RuntimeError.
     except (CommandError, ValueError, OSError, RuntimeError) as error:
         print(f"keras-vit {args.command}: error: {error}", file=sys.stderr)
