@@ -4,6 +4,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import os
 import sys
 
 from keras_vit_cli import images as image_io
@@ -50,6 +51,14 @@ _FLAGS = {
     "--cutmix": ("cutmix", dict(type=float, help="CutMix Beta alpha (0: off)")),
     "--strategy": ("strategy", dict(choices=names.STRATEGIES)),
     "--tpu": ("tpu", dict(help="TPU name or address for --strategy tpu")),
+    "--model-parallel": (
+        "model_parallel",
+        dict(
+            type=int,
+            help="JAX: split each model over this many devices (mesh devices/N x N, batch x model; "
+            "the blocks' kernels Megatron-style)",
+        ),
+    ),
     "--precision": ("precision", dict(choices=names.PRECISIONS)),
     "--steps-per-execution": ("steps_per_execution", dict(type=int)),
     "--checkpoint-interval": (
@@ -81,6 +90,15 @@ def add_parser(subparsers):
         "mixed_bfloat16 on CPUs without bfloat16 instructions)",
     )
     train.add_argument("--overwrite", action="store_true", help="replace a run directory of another config")
+    processes = train.add_argument_group(
+        "several processes (JAX)",
+        "Start the same command once per process (one per host, or per accelerator group), each with its "
+        "--process-id; they train as one job over all their devices. The same as Keras's "
+        "KERAS_DISTRIBUTION_JOB_ADDRESSES, _NUM_PROCESSES and _PROCESS_ID variables.",
+    )
+    processes.add_argument("--num-processes", type=int, help="processes in the job")
+    processes.add_argument("--process-id", type=int, help="this process, 0 to N-1 (0 writes the run directory)")
+    processes.add_argument("--job-addresses", help="host:port of process 0 (or every process's, comma-separated)")
     train.set_defaults(run=run_train)
 
     evaluate = subparsers.add_parser(
@@ -128,9 +146,28 @@ def run_train(args):
     config = TrainConfig.from_yaml(args.config, **values) if args.config else TrainConfig(**values)
     if args.image_size:
         config = dataclasses.replace(config, model={**config.model, "image_size": args.image_size})
+    _join_processes(args)
     _show_run_log()
     result = fit(config, overwrite=args.overwrite)
-    print(json.dumps(result))
+    if result is not None:  # other processes than 0 report nothing
+        print(json.dumps(result))
+
+
+def _join_processes(args):
+    """The process flags, handed on as the variables `keras.distribution.initialize` reads."""
+    given = {"num_processes": args.num_processes, "process_id": args.process_id, "job_addresses": args.job_addresses}
+    if all(value is None for value in given.values()):
+        return
+    if any(value is None for value in given.values()):
+        raise ValueError("--num-processes, --process-id and --job-addresses go together.")
+    if args.num_processes < 1 or not 0 <= args.process_id < args.num_processes:
+        raise ValueError(
+            f"--process-id must be in 0..{args.num_processes - 1} for --num-processes {args.num_processes}."
+        )
+    from keras_vit.training.strategy import PROCESS_VARIABLES
+
+    for key, value in given.items():
+        os.environ[PROCESS_VARIABLES[key]] = str(value)
 
 
 class _StderrHandler(logging.Handler):

@@ -4,7 +4,7 @@ from keras_vit.onednn import prefer_onednn
 
 prefer_onednn()  # before Keras loads TensorFlow
 
-from keras_vit import checkpoints, layers, saving
+from keras_vit import checkpoints, distribution, layers, saving
 from keras_vit.checkpoints import CheckpointError, list_checkpoints, load_weights, save_npz
 from keras_vit.config import ViTConfig
 from keras_vit.model import ViT, count_params
@@ -16,6 +16,7 @@ __version__ = "0.1.0"
 __all__ = [
     "CheckpointError",
     "checkpoints",
+    "distribution",
     "list_checkpoints",
     "load_weights",
     "save_npz",

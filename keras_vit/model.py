@@ -3,8 +3,8 @@
 import keras
 import numpy as np
 
+from keras_vit import distribution, presets
 from keras_vit import layers as vit_layers
-from keras_vit import presets
 from keras_vit.config import ViTConfig
 from keras_vit.transform import ImageTransform
 
@@ -79,6 +79,13 @@ class ViT(keras.Model):
         model = cls(ViTConfig(**{**fields, **overrides}), dtype=dtype)
         checkpoints.assign(model, weights, f"{source} ({kind})")
         return model
+
+    @classmethod
+    def get_layout_map(cls, device_mesh, model_parallel_dim_name="model", data_parallel_dim_name="batch"):
+        """A `keras.distribution.LayoutMap` that splits the encoder blocks' kernels over the
+        `model_parallel_dim_name` axis of `device_mesh` (Megatron style; see
+        `keras_vit.distribution`), for `keras.distribution.ModelParallel`."""
+        return distribution.get_layout_map(device_mesh, model_parallel_dim_name, data_parallel_dim_name)
 
     @property
     def image_transform(self):

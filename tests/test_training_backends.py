@@ -25,22 +25,25 @@ def test_fit_runs_on_this_backend(tmp_path):
 
 
 @pytest.mark.skipif(keras.backend.backend() != "jax", reason="Keras DataParallel on virtual JAX devices")
-@pytest.mark.parametrize("devices", [2, 3])
-def test_jax_data_parallel_counts_every_held_out_example_once(devices, tmp_path):
-    """359 held-out and 144 selection examples divide by neither 2 nor 3 devices: the padded
-    last batches must count each example once, as one device does."""
+@pytest.mark.parametrize("devices, model_parallel", [(3, 1), (4, 2)])
+def test_jax_data_parallel_counts_every_held_out_example_once(devices, model_parallel, tmp_path):
+    """359 held-out and 144 selection examples divide by neither 2 nor 3 replicas: the padded
+    last batches must count each example once, as one device does; also with each replica
+    split over 2 devices (model parallel)."""
     run_dir = tmp_path / "run"
     trained = _python(
         f"""
         from keras_vit.training import TrainConfig, fit
         model = dict(image_size=16, patch_size=4, hidden_size=32, num_layers=1, num_heads=2, mlp_dim=64)
-        config = TrainConfig(run_dir={str(run_dir)!r}, model=model, epochs=1, selection_fraction=0.1)
+        config = TrainConfig(
+            run_dir={str(run_dir)!r}, model=model, epochs=1, selection_fraction=0.1, model_parallel={model_parallel}
+        )
         print(json.dumps(fit(config, verbose=0)))
         """,
         devices,
     )
     alone = _python(f"from keras_vit.training import evaluate; print(json.dumps(evaluate({str(run_dir)!r})))", 1)
-    assert "DataParallel" in trained.stderr
+    assert ("ModelParallel" if model_parallel > 1 else "DataParallel") in trained.stderr
     parallel, single = json.loads(trained.stdout.splitlines()[-1]), json.loads(alone.stdout.splitlines()[-1])
     assert parallel["num_examples"] == single["num_examples"] == 359
     assert abs(parallel["top1"] - single["top1"]) < 1e-6 and abs(parallel["top5"] - single["top5"]) < 1e-6

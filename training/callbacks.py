@@ -12,6 +12,7 @@ import keras
 
 from keras_vit.names import RUN_CHECKPOINTS
 from keras_vit.saving import inference_copy, save_model
+from keras_vit.training.strategy import agree, this_process_only
 
 
 class _Every:
@@ -44,7 +45,7 @@ class PeriodicBackupAndRestore(keras.callbacks.BackupAndRestore):
         self._due = _Every(interval)
 
     def on_epoch_end(self, epoch, logs=None):
-        if self._due():
+        if agree(self._due()):  # several JAX processes: process 0's clock decides for all
             super().on_epoch_end(epoch, logs)
 
 
@@ -86,7 +87,8 @@ class AtomicCheckpoint(keras.callbacks.Callback):
         save_last = _is_last_epoch(self, epoch) or self._due()
         if not (save_last or improved):
             return
-        self._copy = inference_copy(self.model, into=self._copy)
+        with this_process_only():  # the copy lives on this process's devices (only it saves)
+            self._copy = inference_copy(self.model, into=self._copy)
         if save_last:
             self._save(last)
             if self.monitor is None:  # best is last: the same bytes, copied and renamed into place

@@ -63,6 +63,7 @@ class TrainConfig:
     flip: bool | None = None  # horizontal flips; default on (off for digits)
     strategy: str = "auto"
     tpu: str | None = None
+    model_parallel: int = 1  # JAX: devices per model replica (Megatron-style split of the blocks)
     precision: str = "float32"
     # XLA and steps per compiled call; None: XLA on GPUs, TPUs and JAX, off on TensorFlow CPUs
     # (see strategy.py), one step per call, except for digits on one device: XLA, 8 steps per call.
@@ -86,6 +87,8 @@ class TrainConfig:
             raise ValueError(f"steps_per_execution must be positive; got {self.steps_per_execution}.")
         if self.checkpoint_interval < 0:
             raise ValueError(f"checkpoint_interval must be >= 0 seconds; got {self.checkpoint_interval}.")
+        if self.model_parallel < 1:
+            raise ValueError(f"model_parallel must be a positive device count; got {self.model_parallel}.")
         if self.batch_size < 1 or (self.epochs is not None and self.epochs < 1):
             raise ValueError("batch_size and epochs must be positive.")
         if self.global_batch_size is not None and self.global_batch_size < 1:

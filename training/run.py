@@ -15,7 +15,7 @@ from keras_vit import names, saving
 from keras_vit.training import datasets, multi_worker, pipeline, recipes
 from keras_vit.training.callbacks import AtomicCheckpoint, PeriodicBackupAndRestore, StopOnNaN
 from keras_vit.training.config import TrainConfig
-from keras_vit.training.strategy import batch_multiple, make_placement
+from keras_vit.training.strategy import batch_multiple, make_placement, this_process_only
 from keras_vit.transform import ImageTransform
 
 logger = logging.getLogger("keras_vit")
@@ -42,10 +42,11 @@ def fit(config, overwrite=False, verbose="auto"):
     steps_per_epoch = source.num_train // global_batch
     if steps_per_epoch < 1:
         raise ValueError(f"the global batch {global_batch} is larger than the {source.num_train} training examples.")
-    if not placement.is_chief:  # other workers keep their files apart from the chief's
-        run_dir = run_dir / f"worker_{placement.task_index}"
-        run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / LABELS_FILE).write_text("\n".join(source.class_names) + "\n")
+    chief = placement.is_chief
+    # Other workers and processes keep only their own resume state, in worker_N/backup.
+    backup_dir = run_dir / "backup" if chief else run_dir / f"worker_{placement.task_index}" / "backup"
+    if chief:
+        (run_dir / LABELS_FILE).write_text("\n".join(source.class_names) + "\n")
     # The small digits model on one device runs fastest under XLA, 8 steps per call (Keras's
     # multi-step loop fails under tf.distribute's Mirrored strategies; under PyTorch it takes one
     # step per call and jit_compile means torch.compile).
@@ -77,19 +78,27 @@ def fit(config, overwrite=False, verbose="auto"):
     selection = None
     if source.select is not None:
         selection = pipeline.eval_pipeline(
-            source.select, model.image_transform, num_classes, global_batch, source.num_select, batch_multiple()
+            source.select,
+            model.image_transform,
+            num_classes,
+            global_batch,
+            source.num_select,
+            batch_multiple(global_batch),
         )
     nan = StopOnNaN()
     callbacks = [
-        PeriodicBackupAndRestore(str(run_dir / "backup"), c.checkpoint_interval),
+        PeriodicBackupAndRestore(str(backup_dir), c.checkpoint_interval),
         nan,
         # With ema: the averaged weights are evaluated and saved (BackupAndRestore, before it,
         # keeps the raw weights and the average in the optimizer's state).
         *([keras.callbacks.SwapEMAWeights(swap_on_epoch=True)] if c.ema else []),
-        AtomicCheckpoint(run_dir, None if selection is None else "val_accuracy", c.checkpoint_interval),
-        keras.callbacks.CSVLogger(str(run_dir / "log.csv"), append=True),
-        keras.callbacks.TensorBoard(str(run_dir / "tensorboard")),
     ]
+    if chief:
+        callbacks += [
+            AtomicCheckpoint(run_dir, None if selection is None else "val_accuracy", c.checkpoint_interval),
+            keras.callbacks.CSVLogger(str(run_dir / "log.csv"), append=True),
+            keras.callbacks.TensorBoard(str(run_dir / "tensorboard")),
+        ]
     if jit_compile and not placement.supports_jit:
         logger.warning("keras_vit: XLA (jit_compile) is off for %s", placement.description)
     logger.info(
@@ -106,15 +115,17 @@ def fit(config, overwrite=False, verbose="auto"):
         validation_data=selection,
         shuffle=False,
         callbacks=callbacks,
-        verbose=verbose,
+        verbose=verbose if chief else 0,  # one progress bar per job
     )
-    if not placement.is_chief:
-        (run_dir / CONFIG_FILE).write_text(yaml.safe_dump(c.to_dict(), sort_keys=True))
     if nan.reason:
         best = names.RUN_CHECKPOINTS[0]
         kept = best if (run_dir / best).exists() else "no checkpoint (first epoch)"
         raise TrainingError(f"stopped: {nan.reason}; kept the last good checkpoint: {run_dir / kept}")
-    return evaluate(run_dir, verbose=verbose)
+    if not chief:  # its resume state was deleted at the end of training; the folder goes too
+        shutil.rmtree(backup_dir.parent, ignore_errors=True)
+        return None
+    with this_process_only():  # several JAX processes: the chief evaluates best.keras alone
+        return evaluate(run_dir, verbose=verbose)
 
 
 def evaluate(source, dataset=None, verbose="auto"):
@@ -137,7 +148,7 @@ def evaluate(source, dataset=None, verbose="auto"):
         raise ValueError(
             f"{c.dataset} has {len(data_source.class_names)} classes; the model has {model.config.num_classes}."
         )
-    multiple = batch_multiple()
+    multiple = batch_multiple(c.batch_size)
     data = pipeline.eval_pipeline(
         data_source.eval, model.image_transform, model.config.num_classes, c.batch_size, data_source.num_eval, multiple
     )
@@ -177,7 +188,13 @@ def predict(source, images, top_k=5, labels=None, crop=None):
     if crop is not None:
         transform = ImageTransform(model.config.image_size, crop, model.config.interpolation)
     batch = np.stack([keras.ops.convert_to_numpy(transform(np.asarray(image))) for image in images])
-    probabilities = keras.ops.convert_to_numpy(keras.ops.softmax(model.predict(batch, verbose=0), axis=-1))
+    # Under a data-parallel distribution every batch must divide by its devices: blank images
+    # fill the last one, and their predictions are dropped.
+    multiple = batch_multiple()
+    batch_size = -(-32 // multiple) * multiple
+    padded = np.concatenate([batch, np.zeros((-len(batch) % multiple, *batch.shape[1:]), batch.dtype)])
+    logits = model.predict(padded, batch_size=batch_size, verbose=0)[: len(batch)]
+    probabilities = keras.ops.convert_to_numpy(keras.ops.softmax(logits, axis=-1))
     top = np.argsort(-probabilities, axis=-1)[:, :top_k]
     return [[(names[i], float(p[i])) for i in row] for row, p in zip(top, probabilities)]
 
@@ -202,10 +219,10 @@ def _global_batch(c, replicas):
 
 def _build_model(c, num_classes):
     dtype = None if c.precision == "float32" else c.precision
-    if c.preset:
-        model = keras_vit.ViT.from_preset(c.preset, dtype=dtype, **{**c.model, "num_classes": num_classes})
-    else:
-        model = keras_vit.ViT(keras_vit.ViTConfig(**{**c.model, "num_classes": num_classes}), dtype=dtype)
+    fields = {**c.model, "num_classes": num_classes}
+    config = keras_vit.get_config(c.preset, **fields) if c.preset else keras_vit.ViTConfig(**fields)
+    keras_vit.distribution.check_model_parallel(config, c.model_parallel)
+    model = keras_vit.ViT(config, dtype=dtype)
     if c.weights:  # fine-tuning: a fresh zero head, position embeddings resampled (see load_weights)
         keras_vit.load_weights(model, c.weights)
     return model

@@ -44,6 +44,13 @@ class Placement:
 def make_placement(config):
     if keras.backend.backend() == "jax":
         return _jax_placement(config)
+    if config.model_parallel > 1:
+        raise ValueError("model parallel (--model-parallel) runs under the JAX backend (KERAS_BACKEND=jax).")
+    if int(os.environ.get(PROCESS_VARIABLES["num_processes"], "1") or 1) > 1:
+        raise ValueError(
+            "several processes (--num-processes) are for the JAX backend; TensorFlow's workers use "
+            "--strategy multi_worker with TF_CONFIG."
+        )
     import tensorflow as tf
 
     name = config.strategy
@@ -104,27 +111,113 @@ def _xla_beats_graph_on_cpu(config):
     return config.precision == "mixed_bfloat16" and has_bf16_instructions() is False
 
 
-def batch_multiple():
-    """What every batch's size must divide by: the data-parallel devices of the Keras
-    distribution that `make_placement` set under JAX, else 1 (tf.distribute strategies split
-    uneven batches themselves)."""
+def batch_multiple(batch_size=None):
+    """What every evaluation batch's size must divide by under a Keras distribution on JAX
+    (its data-parallel axis), else 1 (tf.distribute strategies split uneven batches
+    themselves). With several processes every batch is a whole global batch: Keras gives each
+    process an equal slice of each batch, so `batch_size` (rounded up to the axis) then is the
+    multiple."""
     if keras.backend.backend() != "jax" or keras.distribution.distribution() is None:
         return 1
     distribution = keras.distribution.distribution()
     mesh = distribution.device_mesh
-    return int(mesh.shape[list(mesh.axis_names).index(distribution.batch_dim_name)])
+    replicas = int(mesh.shape[list(mesh.axis_names).index(distribution.batch_dim_name)])
+    if batch_size is not None and process_count() > 1:
+        return -(-batch_size // replicas) * replicas
+    return replicas
+
+
+# The environment variables of `keras.distribution.initialize` (one home for their names).
+PROCESS_VARIABLES = dict(
+    job_addresses="KERAS_DISTRIBUTION_JOB_ADDRESSES",
+    num_processes="KERAS_DISTRIBUTION_NUM_PROCESSES",
+    process_id="KERAS_DISTRIBUTION_PROCESS_ID",
+)
+
+
+def process_count():
+    """The processes of this JAX job (1 on TensorFlow, where workers are tf.distribute's)."""
+    if keras.backend.backend() != "jax":
+        return 1
+    import jax
+
+    return jax.process_count()
+
+
+def agree(flag):
+    """Process 0's `flag` on every process (a time-based choice must be the same everywhere)."""
+    if process_count() == 1:
+        return flag
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    return bool(multihost_utils.broadcast_one_to_all(np.asarray(flag)))
+
+
+def this_process_only():
+    """A scope in which this process computes on its own devices alone (DataParallel over
+    them, its data not split with the other processes). With several JAX processes every
+    computation over the job's devices must run in all of them at once, so what the chief does
+    alone (copying the weights to save them, the final evaluation) runs in this scope; with one
+    process it changes nothing."""
+    if process_count() == 1:
+        return contextlib.nullcontext()
+    import jax
+
+    return keras.distribution.DataParallel(devices=jax.local_devices(), auto_shard_dataset=False).scope()
+
+
+def _start_processes():
+    """Joins the job the `KERAS_DISTRIBUTION_*` variables describe (several JAX processes, one
+    per host or per accelerator group); nothing to do for one process."""
+    import jax
+
+    count = int(os.environ.get(PROCESS_VARIABLES["num_processes"], "1") or 1)
+    if count <= 1 or jax.distributed.is_initialized():
+        return
+    missing = [v for v in PROCESS_VARIABLES.values() if not os.environ.get(v)]
+    if missing:
+        raise ValueError(f"{count} processes need {', '.join(missing)} as well.")
+    # CPU devices talk over Gloo (TCP); GPUs and TPUs bring their own collectives.
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    keras.distribution.initialize()
 
 
 def _jax_placement(config):
     import jax
 
+    from keras_vit import ViT
+
     if config.strategy in ("multi_worker", "tpu"):
         raise ValueError(
-            f"strategy {config.strategy} is for the TensorFlow backend; under JAX use auto or mirrored "
-            "(Keras DataParallel over the local devices)."
+            f"strategy {config.strategy} is for the TensorFlow backend; under JAX use auto (Keras "
+            "DataParallel over every device of the job; several processes join with --num-processes, "
+            "--process-id and --job-addresses)."
         )
+    _start_processes()
     devices = jax.devices()
-    if config.strategy == "one_device" or len(devices) == 1:
-        return Placement(None, 1, f"one device ({devices[0]})")
-    keras.distribution.set_distribution(keras.distribution.DataParallel(devices=devices))
-    return Placement(None, len(devices), f"Keras DataParallel over {len(devices)} {devices[0].platform} devices")
+    processes = jax.process_count()
+    where = f"{len(devices)} {devices[0].platform} devices" + (f" in {processes} processes" if processes > 1 else "")
+    ways = config.model_parallel
+    if ways > 1:
+        if len(devices) % ways:
+            raise ValueError(f"--model-parallel {ways} needs a device count divisible by it; there are {len(devices)}.")
+        if processes > 1:
+            raise ValueError("model parallel across several processes is not supported; use one process per host.")
+        mesh = keras.distribution.DeviceMesh((len(devices) // ways, ways), ("batch", "model"), devices)
+        layout_map = ViT.get_layout_map(mesh, "model", "batch")
+        keras.distribution.set_distribution(
+            keras.distribution.ModelParallel(layout_map=layout_map, batch_dim_name="batch")
+        )
+        placement = Placement(
+            None,
+            len(devices) // ways,
+            f"Keras ModelParallel over {where}, mesh {len(devices) // ways} x {ways} (batch x model)",
+        )
+    elif (config.strategy == "one_device" and processes == 1) or len(devices) == 1:
+        placement = Placement(None, 1, f"one device ({devices[0]})")
+    else:
+        keras.distribution.set_distribution(keras.distribution.DataParallel(devices=devices))
+        placement = Placement(None, len(devices), f"Keras DataParallel over {where}")
+    placement.task_index = jax.process_index()
+    return placement
