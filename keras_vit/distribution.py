@@ -48,3 +48,43 @@ def check_model_parallel(config, ways):
                 f"model parallel over {ways} devices needs {field} divisible by {ways}; "
                 f"this model has {field}={getattr(config, field)}."
             )
+
+
+def training_memory(config, batch_per_device, model_parallel=1):
+    """Estimated bytes per device to train `config` (a plain, non-hybrid `ViTConfig`) with
+    AdamW in float32, without rematerialisation: `{"state": ..., "activations": ...}`.
+
+    State: weights, gradients and AdamW's two moments, 16 bytes per parameter; the blocks'
+    split kernels (see `SHARDED`) count 1/`model_parallel`. Activations: what the backward pass
+    keeps per example, 4 bytes per element: per block the two LayerNorms' inputs and outputs
+    (4 x tokens x width, replicated), q, k, v, the attention context and the MLP's two hidden
+    activations (12 x tokens x width) and the attention probabilities (heads x tokens^2), the
+    last two split over the model axis; plus the image and the patch embeddings."""
+    if config.resnet_layers is not None:
+        raise ValueError("training_memory covers plain ViTs, not the ResNet hybrid.")
+    split, replicated = parameter_counts(config)
+    tokens, width = config.num_patches + 1, config.hidden_size
+    height, image_width = config.image_size
+    block = 4 * tokens * width + (12 * tokens * width + config.num_heads * tokens**2) / model_parallel
+    elements = config.num_layers * block + config.channels * height * image_width + 2 * tokens * width
+    return {
+        "state": 16 * (replicated + split / model_parallel),
+        "activations": 4 * elements * batch_per_device,
+    }
+
+
+def parameter_counts(config):
+    """(parameters in the kernels and biases that model parallelism splits, all the others)."""
+    d, m, layers = config.hidden_size, config.mlp_dim, config.num_layers
+    split = layers * (3 * d * d + (3 * d if config.qkv_bias else 0) + d * d + d * m + m + m * d)
+    per_block_other = 4 * d + d + d  # two LayerNorms, the attention output's and fc2's biases
+    if config.layer_scale_init is not None:
+        per_block_other += 2 * d
+    patch = config.patch_size[0] * config.patch_size[1] * config.channels * d + d
+    other = patch + d + (config.num_patches + 1) * d + layers * per_block_other + 2 * d
+    if config.representation_size:
+        other += d * config.representation_size + config.representation_size
+        d = config.representation_size
+    if config.num_classes:
+        other += d * config.num_classes + config.num_classes
+    return split, other

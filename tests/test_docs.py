@@ -7,6 +7,7 @@ import contextlib
 import io
 import re
 import shlex
+import sys
 from pathlib import Path
 
 import pytest
@@ -185,3 +186,20 @@ def test_benchmark_chart_has_a_panel_per_case(tmp_path):
     with Image.open(path) as image:
         assert image.format == "PNG" and image.size[1] > 150
     assert report.chart(dict(result, results={}), tmp_path / "empty.png") is None
+
+
+def test_the_scaling_tables_are_current_and_count_every_parameter():
+    sys.path.insert(0, str(ROOT / "docs"))
+    try:
+        import make_scaling
+    finally:
+        sys.path.pop(0)
+    page = (ROOT / "docs" / "scaling.md").read_text()
+    current = page.split("<!-- scaling table: python docs/make_scaling.py -->\n")[1].split("\n<!-- end")[0]
+    assert current == make_scaling.planning_table()
+    import keras_vit
+    from keras_vit.distribution import parameter_counts
+
+    for name in ("vit_ti16", "vit_s16"):
+        config = keras_vit.get_config(name, num_classes=1000)
+        assert sum(parameter_counts(config)) == keras_vit.ViT(config).count_params()
