@@ -61,7 +61,13 @@ class ViT(keras.Model):
         e.g. `ViT.from_preset("vit_b16", num_classes=10, image_size=384)`.
 
         `weights`: a checkpoint file, Hugging Face folder or known name
-        (`keras_vit.list_checkpoints()`), loaded with `keras_vit.load_weights`."""
+        (`keras_vit.list_checkpoints()`), loaded with `keras_vit.load_weights`. A known name
+        builds the model its checkpoint was trained as (resolution, classes, pre-logits)
+        unless `overrides` say otherwise; a resampling of the position embeddings is logged."""
+        if weights is not None:
+            from keras_vit.checkpoints import known
+
+            overrides = {**known.settings(weights, name), **overrides}
         model = cls(presets.get_config(name, **overrides), dtype=dtype)
         if weights is not None:
             from keras_vit import checkpoints

@@ -99,19 +99,64 @@ def test_linen_names_and_big_vision_layouts_load(tmp_path):
         np.testing.assert_array_equal(_logits(loaded, x), _logits(model, x))
 
 
-def test_big_vision_token_model_keeps_class_slot(tmp_path):
+def test_class_slot_free_position_embedding_loads_as_its_source_computes(tmp_path, caplog):
+    """big_vision token models (and timm's `no_embed_class`) add no position embedding to the
+    class token: loaded here, the slot is zero, so the logits are the source's."""
     model = perturb(keras_vit.ViT(tiny_config()))
+    slot = model.get_layer("position_embedding").embedding
+    without = keras.ops.convert_to_numpy(slot).copy()
+    without[:, :1] = 0.0
+    slot.assign(without)  # the model big_vision's file describes
     tensors = _official(model, tmp_path)
     pos = tensors.pop("Transformer/posembed_input/pos_embedding")
+    tensors.pop("Transformer/posembed_input/grid_size")
     tensors = {f"params/{k}": v for k, v in tensors.items()}
-    tensors["params/pos_embedding"] = pos[:, 1:]  # big_vision has no class-token slot
+    tensors["params/pos_embedding"] = pos[:, 1:]  # big_vision stores no class-token slot
     np.savez(tmp_path / "bv.npz", **tensors)
-    target = keras_vit.ViT(tiny_config())
-    before = keras.ops.convert_to_numpy(target.get_layer("position_embedding").embedding)[:, :1]
-    keras_vit.load_weights(target, tmp_path / "bv.npz")
-    after = keras.ops.convert_to_numpy(target.get_layer("position_embedding").embedding)
-    np.testing.assert_array_equal(after[:, :1], before)
-    np.testing.assert_array_equal(after[:, 1:], pos[:, 1:])
+    target = perturb(keras_vit.ViT(tiny_config()), seed=1)
+    with caplog.at_level(logging.WARNING, logger="keras_vit"):
+        keras_vit.load_weights(target, tmp_path / "bv.npz")
+    assert "zero class-token slot" in caplog.text
+    np.testing.assert_array_equal(_logits(target, images()), _logits(model, images()))
+    built = keras_vit.ViT.from_checkpoint(tmp_path / "bv.npz")
+    assert built.config == model.config
+    np.testing.assert_array_equal(_logits(built, images()), _logits(model, images()))
+
+
+def test_non_square_grid_round_trips_and_resamples_from_the_right_grid(tmp_path, caplog):
+    """A 7x8 grid (56x64 pixels, 57 tokens with the class slot): `save_npz` stores the grid, so
+    `from_checkpoint` rebuilds the model bit-exactly and a 64x64 model resamples from 7x8, as
+    do `.keras` weights files; a model of the same grid never resamples."""
+    from keras_vit.resample import resample_position_embeddings
+
+    model = perturb(keras_vit.ViT(tiny_config(image_size=(56, 64))))
+    keras_vit.save_npz(model, tmp_path / "grid.npz")
+    rebuilt = keras_vit.ViT.from_checkpoint(tmp_path / "grid.npz")
+    assert rebuilt.config.image_size == (56, 64) and rebuilt.config == model.config
+    for a, b in zip(rebuilt.weights, model.weights):
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(a), keras.ops.convert_to_numpy(b))
+    source = keras.ops.convert_to_numpy(model.get_layer("position_embedding").embedding)
+    expected = resample_position_embeddings(source, (8, 8), (7, 8), 1)
+    square = keras_vit.ViT(tiny_config(image_size=64))
+    with caplog.at_level(logging.WARNING, logger="keras_vit"):
+        keras_vit.load_weights(square, tmp_path / "grid.npz")
+    assert "position embedding resampled from a 7x8 to a 8x8 grid" in caplog.text
+    got = keras.ops.convert_to_numpy(square.get_layer("position_embedding").embedding)
+    np.testing.assert_allclose(got, expected, atol=1e-6)
+    model.save_weights(tmp_path / "grid.weights.h5")
+    square_h5 = keras_vit.ViT(tiny_config(image_size=64))
+    square_h5.load_weights(tmp_path / "grid.weights.h5")
+    got = keras.ops.convert_to_numpy(square_h5.get_layer("position_embedding").embedding)
+    np.testing.assert_allclose(got, expected, atol=1e-6)
+    same = keras_vit.ViT(tiny_config(image_size=(56, 64)))
+    tensors = _official(model, tmp_path)
+    del tensors["Transformer/posembed_input/grid_size"]  # a file of another writer: no grid stored
+    np.savez(tmp_path / "nogrid.npz", **tensors)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="keras_vit"):
+        keras_vit.load_weights(same, tmp_path / "nogrid.npz")
+    assert "resampled" not in caplog.text  # 57 tokens fit the model's own 7x8 grid
+    np.testing.assert_array_equal(_logits(same, images(size=(56, 64))), _logits(model, images(size=(56, 64))))
 
 
 def test_head_policy_and_one_log_line(tmp_path, caplog):
@@ -347,3 +392,24 @@ def test_timm_file_of_any_width_loads_into_a_built_model(tmp_path):
     np.testing.assert_allclose(_logits(target, images()), _logits(source, images()), atol=1e-6)
     with pytest.raises(CheckpointError, match="do not store the head count; width 64"):
         keras_vit.ViT.from_checkpoint(tmp_path / "w64.safetensors")  # inferring the model does need it
+
+
+def test_known_name_builds_the_model_its_checkpoint_was_trained_as(tmp_path, monkeypatch, caplog):
+    """A 384-pixel known checkpoint (here a file written in its layout and cached, offline)
+    builds a 384 model; asking for 224 resamples, in one log line naming both grids."""
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "home"))
+    name = "vit_ti16.augreg_in21k_ft_in1k_384"
+    assert known.KNOWN_CHECKPOINTS[name][1] == {"image_size": 384}
+    published = keras_vit.ViT.from_preset("vit_ti16", image_size=384)
+    keras_vit.save_npz(published, tmp_path / "published.npz")
+    preset, overrides, _ = known.KNOWN_CHECKPOINTS[name]
+    monkeypatch.setitem(known.KNOWN_CHECKPOINTS, name, (preset, overrides, (tmp_path / "published.npz").as_uri()))
+    with caplog.at_level(logging.WARNING, logger="keras_vit"):
+        model = keras_vit.ViT.from_preset("vit_ti16", weights=name)
+    assert model.config.image_size == (384, 384) and "resampled" not in caplog.text
+    with caplog.at_level(logging.WARNING, logger="keras_vit"):
+        smaller = keras_vit.ViT.from_preset("vit_ti16", weights=name, image_size=224)
+    assert smaller.config.image_size == (224, 224)
+    assert "position embedding resampled from a 24x24 to a 14x14 grid" in caplog.text
+    with pytest.raises(ValueError, match="is a checkpoint of preset 'vit_ti16', not 'vit_s16'"):
+        keras_vit.ViT.from_preset("vit_s16", weights=name)

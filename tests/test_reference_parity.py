@@ -127,3 +127,19 @@ def test_224_checkpoint_at_384_matches_timm_resampling(tmp_path):
     with torch.no_grad():
         expected = reference(to_torch(pixels)).numpy()
     assert max_diff(model, expected, pixels) <= TOLERANCE
+
+
+def test_timm_no_embed_class_model(tmp_path):
+    """DeiT-3 (`no_embed_class`: no position embedding on the class token, LayerScale): the
+    class slot loads as zero and the logits are timm's."""
+    from safetensors.torch import save_file
+
+    reference = perturbed(timm.create_model("deit3_small_patch16_224", pretrained=False, num_classes=10))
+    assert reference.no_embed_class and reference.pos_embed.shape[1] == 196
+    pixels = sample_photos(224)
+    with torch.no_grad():
+        expected = reference(to_torch(pixels)).numpy()
+    save_file(reference.state_dict(), tmp_path / "deit3.safetensors")
+    model = keras_vit.ViT.from_checkpoint(tmp_path / "deit3.safetensors")
+    assert model.config.layer_scale_init is not None
+    assert max_diff(model, expected, pixels) <= TOLERANCE

@@ -12,6 +12,7 @@ import yaml
 
 import keras_vit
 from keras_vit import names, saving
+from keras_vit.checkpoints import known
 from keras_vit.training import datasets, multi_worker, pipeline, recipes
 from keras_vit.training.callbacks import AtomicCheckpoint, PeriodicBackupAndRestore, StopOnNaN
 from keras_vit.training.config import TrainConfig
@@ -219,7 +220,10 @@ def _global_batch(c, replicas):
 
 def _build_model(c, num_classes):
     dtype = None if c.precision == "float32" else c.precision
-    fields = {**c.model, "num_classes": num_classes}
+    # A known checkpoint's resolution unless the run sets one (its head and pre-logits are
+    # replaced by the new zero head, as the paper fine-tunes).
+    known_size = {k: v for k, v in known.settings(c.weights, c.preset).items() if k == "image_size"}
+    fields = {**known_size, **c.model, "num_classes": num_classes}
     config = keras_vit.get_config(c.preset, **fields) if c.preset else keras_vit.ViTConfig(**fields)
     keras_vit.distribution.check_model_parallel(config, c.model_parallel)
     model = keras_vit.ViT(config, dtype=dtype)

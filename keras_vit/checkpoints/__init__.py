@@ -8,6 +8,8 @@ keras_vit.ViT.from_checkpoint("model.safetensors")  # config read off the checkp
 import difflib
 from pathlib import Path
 
+import numpy as np
+
 from keras_vit.checkpoints import huggingface, official, timm
 from keras_vit.checkpoints.assign import assign, export
 from keras_vit.checkpoints.files import CheckpointError, read_tensors, write_npz
@@ -84,8 +86,10 @@ def load_weights(model, source):
 
 
 def save_npz(model, path):
-    """Writes the model's weights as an official-layout .npz (original release names)."""
-    write_npz(path, official.from_keras(export(model), model.config.num_heads))
+    """Writes the model's weights as an official-layout .npz (original release names), with the
+    patch grid of the position embedding beside them (`official.GRID_KEY`)."""
+    weights = {**export(model), official.GRID_PATH: np.asarray(model.config.grid_size, "int32")}
+    write_npz(path, official.from_keras(weights, model.config.num_heads))
 
 
 def _fields(reader, path, *args):

@@ -6,6 +6,7 @@ import keras
 import numpy as np
 
 from keras_vit.checkpoints.files import CheckpointError
+from keras_vit.checkpoints.official import GRID_PATH
 
 logger = logging.getLogger("keras_vit")
 
@@ -22,6 +23,7 @@ def assign(model, weights, source):
     written unless every tensor fits.
     """
     weights = dict(weights)
+    grid = weights.pop(GRID_PATH, None)
     variables = {v.path: v for v in model.weights}
     notes = []
     _head_policy(model, weights, variables, notes)
@@ -42,11 +44,7 @@ def assign(model, weights, source):
     for path, variable in variables.items():
         value = np.asarray(weights[path], dtype="float32")
         if path == POSITION:
-            layer = model.get_layer("position_embedding")
-            try:
-                value = layer.resampled(value)
-            except ValueError as error:
-                raise CheckpointError(f"{source}: position embedding {value.shape}: {error}") from None
+            value = _position_embedding(model.get_layer("position_embedding"), value, grid, source, notes)
         if tuple(value.shape) != tuple(variable.shape):
             raise CheckpointError(
                 f"{source}: tensor for {path!r} has shape {tuple(value.shape)}, "
@@ -63,6 +61,25 @@ def assign(model, weights, source):
 def export(model):
     """`{variable path: float32 array}` of every weight of `model`."""
     return {v.path: np.asarray(keras.ops.convert_to_numpy(v), dtype="float32") for v in model.weights}
+
+
+def _position_embedding(layer, value, grid, source, notes):
+    """The checkpoint's position embedding on the model's grid; a resampling or an added class
+    slot is noted (from -> to)."""
+    value = value.reshape((1,) + value.shape[-2:])
+    try:
+        source_grid, prefix = layer.source_grid(value.shape[1], None if grid is None else tuple(np.asarray(grid)))
+        resampled = layer.resampled(value, source_grid)
+    except ValueError as error:
+        raise CheckpointError(f"{source}: position embedding {value.shape}: {error}") from None
+    if prefix == 0 and layer.num_prefix_tokens:
+        notes.append("zero class-token slot added to the position embedding (the source adds none to the class token)")
+    if source_grid != layer.grid_size:
+        rows, cols = source_grid
+        notes.append(
+            f"position embedding resampled from a {rows}x{cols} to a {layer.grid_size[0]}x{layer.grid_size[1]} grid"
+        )
+    return resampled
 
 
 def _head_policy(model, weights, variables, notes):

@@ -85,6 +85,17 @@ _add(
 )
 
 
+def settings(weights, preset=None):
+    """The config fields (resolution, classes, pre-logits) the known checkpoint `weights` was
+    trained with; {} for a path. Raises ValueError when it belongs to another preset."""
+    if not isinstance(weights, str) or weights not in KNOWN_CHECKPOINTS:
+        return {}
+    owner, fields, _ = KNOWN_CHECKPOINTS[weights]
+    if preset is not None and owner != preset:
+        raise ValueError(f"{weights!r} is a checkpoint of preset {owner!r}, not {preset!r}.")
+    return dict(fields)
+
+
 def cache_dir():
     """`$KERAS_HOME/keras_vit` (default `~/.keras/keras_vit`)."""
     return Path(os.environ.get("KERAS_HOME", Path.home() / ".keras")) / "keras_vit"

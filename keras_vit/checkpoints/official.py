@@ -14,6 +14,11 @@ from keras_vit.checkpoints.files import CheckpointError
 from keras_vit.checkpoints.remap import Remap
 
 POS_KEY = "Transformer/posembed_input/pos_embedding"
+# keras_vit's own addition (readers of the official layout ignore it): the patch grid (rows,
+# columns) of the position embedding, which a token count alone does not tell for non-square
+# grids.
+GRID_KEY = "Transformer/posembed_input/grid_size"
+GRID_PATH = "position_embedding/grid_size"  # where it travels beside the weights
 _PREFIXES = ("opt/target/", "params/img/", "params/")
 # Newer linen code and big_vision number the block's modules 0, 0, 1, 0.
 _LINEN_TO_ORIGINAL = {
@@ -81,13 +86,25 @@ def config_fields(tensors):
         fields["resnet_width"] = tensors["conv_root/kernel"].shape[-1]
         fields["channels"] = tensors["conv_root/kernel"].shape[2]
         stride = 4 * 2 ** (len(stages) - 1)
-    tokens = tensors[POS_KEY].shape[-2]
-    if fields["classifier"] == "token" and not _is_square(tokens):  # big_vision stores no class slot
+    grid = tensors.get(GRID_KEY)
+    fields["image_size"] = image_size(tensors[POS_KEY].shape[-2], fields, stride, grid)
+    return fields
+
+
+def image_size(tokens, fields, stride, grid=None):
+    """The image size (rows, columns) of a position embedding of `tokens` tokens: from `grid`
+    when stored, else from the square grid the tokens make, with or without a class slot
+    (big_vision and timm's `no_embed_class` models store none)."""
+    patch = fields["patch_size"]
+    if grid is not None:
+        rows, cols = (int(g) for g in np.asarray(grid))
+        return (rows * patch[0] * stride, cols * patch[1] * stride)
+    if fields["classifier"] == "token" and not _is_square(tokens):
         tokens -= 1
     if not _is_square(tokens):
         raise CheckpointError(f"cannot infer the image size from {tokens} position tokens; pass image_size.")
-    fields["image_size"] = int(round(tokens**0.5)) * fields["patch_size"][0] * stride
-    return fields
+    side = int(round(tokens**0.5))
+    return (side * patch[0] * stride, side * patch[1] * stride)
 
 
 def _is_square(n):
@@ -101,6 +118,7 @@ def to_keras(tensors):
     r.move("embedding/bias", "patch_embedding/projection/bias")
     r.move("cls", "class_token/token")
     r.move(POS_KEY, "position_embedding/embedding")
+    r.move(GRID_KEY, GRID_PATH)
     for i in sorted({int(m.group(1)) for k in tensors if (m := _BLOCK.match(k))}):
         src, dst = f"Transformer/encoderblock_{i}/", f"block_{i}/"
         mha = src + "MultiHeadDotProductAttention_1/"
@@ -148,6 +166,8 @@ def from_keras(weights, num_heads):
             out["cls"] = value
         elif path == "position_embedding/embedding":
             out[POS_KEY] = value
+        elif path == GRID_PATH:
+            out[GRID_KEY] = value
         elif parts[0].startswith("block_"):
             out.update(_block_from_keras(int(parts[0][6:]), "/".join(parts[1:]), value, num_heads))
         elif parts[0] == "encoder_norm":

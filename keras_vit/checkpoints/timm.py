@@ -7,6 +7,7 @@ and become HWIO. timm's fused `attn.qkv` is already `[q | k | v]`, as keras_vit'
 import re
 
 from keras_vit.checkpoints.files import CheckpointError
+from keras_vit.checkpoints.official import image_size
 
 # timm does not store the head count; these are the widths of the paper's variants.
 HEADS_BY_WIDTH = {192: 3, 384: 6, 768: 12, 1024: 16, 1280: 16}
@@ -103,7 +104,6 @@ def config_fields(tensors):
     )
     if "blocks.0.ls1.gamma" in tensors:
         fields["layer_scale_init"] = 1e-5
-    tokens = tensors["pos_embed"].shape[1] - (1 if "cls_token" in tensors else 0)
     stride = 1
     if "patch_embed.backbone.stem.conv.weight" in tensors:
         stages = {m.group(1) for k in tensors if (m := re.match(r"patch_embed\.backbone\.stages\.(\d+)\.", k))}
@@ -121,6 +121,5 @@ def config_fields(tensors):
         fields["channels"] = tensors["patch_embed.backbone.stem.conv.weight"].shape[1]
         fields["resnet_numerics"] = "timm"
         stride = 4 * 2 ** (len(stages) - 1)
-    side = int(round(tokens**0.5))
-    fields["image_size"] = side * fields["patch_size"][0] * stride
+    fields["image_size"] = image_size(tensors["pos_embed"].shape[1], fields, stride)
     return fields

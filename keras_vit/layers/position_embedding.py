@@ -6,6 +6,8 @@ from keras import ops
 
 from keras_vit.resample import resample_position_embeddings
 
+GRID_KEY = "grid_size"  # stored beside the embedding in .keras and .weights.h5 files
+
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class PositionEmbedding(keras.layers.Layer):
@@ -13,7 +15,8 @@ class PositionEmbedding(keras.layers.Layer):
 
     Loading weights saved for another patch grid (`load_weights`, `.keras` files or
     `assign_resampled`) resamples the 2-D grid bilinearly and keeps the prefix (class
-    token) slots, so a model trained at 224 can be fine-tuned at 384.
+    token) slots, so a model trained at 224 can be fine-tuned at 384. `.keras` and weights
+    files store the grid beside the embedding, so non-square grids resample exactly.
     """
 
     def __init__(self, grid_size, num_prefix_tokens=1, **kwargs):
@@ -50,34 +53,54 @@ class PositionEmbedding(keras.layers.Layer):
     def resampled(self, value, grid_size=None):
         """`value` resampled to this layer's grid, as a `(1, tokens, D)` array.
 
-        `value` is `(1, prefix + rows*cols, D)` or `(prefix + rows*cols, D)`; a value without
-        the prefix slots (as big_vision stores it) gets them from the current weights.
-        `grid_size` is needed only for a non-square source grid.
+        `value` is `(1, prefix + rows*cols, D)` or `(prefix + rows*cols, D)`. A value without
+        the prefix slots (big_vision token models, timm's `no_embed_class` models, which add no
+        position embedding to the class token) gets zero slots, which compute the same.
+        `grid_size`: the source grid; without it, this layer's own grid when the token count
+        matches it, else a square grid (see `source_grid`).
         """
         value = np.asarray(value, dtype="float32")
         value = value.reshape((1,) + value.shape[-2:])
-        current = keras.ops.convert_to_numpy(self.embedding)
-        if value.shape[-1] != current.shape[-1]:
-            raise ValueError(f"{self.name}: embedding width {value.shape[-1]} != {current.shape[-1]}.")
+        width = int(self.embedding.shape[-1])
+        if value.shape[-1] != width:
+            raise ValueError(f"{self.name}: embedding width {value.shape[-1]} != {width}.")
+        grid_size, src_prefix = self.source_grid(value.shape[1], grid_size)
         prefix = self.num_prefix_tokens
+        if src_prefix == 0 and prefix:
+            value = np.concatenate([np.zeros((1, prefix, width), "float32"), value], axis=1)
+        return resample_position_embeddings(value, self.grid_size, grid_size, prefix)
+
+    def source_grid(self, num_tokens, grid_size=None):
+        """`(grid, prefix slots)` of a stored embedding of `num_tokens` tokens: `grid_size` when
+        given, else this layer's grid if the count fits it (with or without the prefix slots),
+        else the square grid the count makes."""
+        prefix = self.num_prefix_tokens
+        own = self.grid_size[0] * self.grid_size[1]
         if grid_size is None:
-            grid_size = _square_grid(value.shape[1], prefix, self.name)
-        src_prefix = value.shape[1] - grid_size[0] * grid_size[1]
+            if num_tokens in (own + prefix, own):
+                grid_size = self.grid_size
+            else:
+                grid_size = _square_grid(num_tokens, prefix, self.name)
+        grid_size = tuple(int(g) for g in grid_size)
+        src_prefix = num_tokens - grid_size[0] * grid_size[1]
         if src_prefix not in (0, prefix):
             raise ValueError(
-                f"{self.name}: cannot map {value.shape[1]} tokens on grid {tuple(grid_size)} "
+                f"{self.name}: cannot map {num_tokens} tokens on grid {grid_size} "
                 f"to {prefix} prefix token(s) + grid {self.grid_size}."
             )
-        if src_prefix == 0 and prefix:
-            value = np.concatenate([current[:, :prefix], value], axis=1)
-        return resample_position_embeddings(value, self.grid_size, grid_size, prefix)
+        return grid_size, src_prefix
+
+    def save_own_variables(self, store):
+        super().save_own_variables(store)
+        store[GRID_KEY] = np.asarray(self.grid_size, "int32")
 
     def load_own_variables(self, store):
         stored = store["0"]
         if tuple(stored.shape) == tuple(self.embedding.shape):
             self.embedding.assign(stored)
-        else:
-            self.assign_resampled(np.asarray(stored))
+        else:  # files written before the grid was stored hold a square one or this layer's own
+            grid = tuple(int(g) for g in np.asarray(store[GRID_KEY])) if GRID_KEY in store else None
+            self.assign_resampled(np.asarray(stored), grid)
 
     def get_config(self):
         return {
