@@ -34,7 +34,14 @@ _COLUMNS = {
         ("size kB", "size_kb", "{:.0f}"),
         ("ops not on XNNPACK", "undelegated_ops", "{}"),
     ),
-    "pipeline": (("images/s", "images_per_s", "{:.0f}"), ("spread", "spread", "{:.0%}")),
+    "pipeline": (
+        ("images/s", "images_per_s", "{:.0f}"),
+        ("spread", "spread", "{:.0%}"),
+        ("files", "files", "{}"),
+        ("first batch s", "first_batch_s", "{:.1f}"),
+        ("first batch s, indexed", "first_batch_indexed_s", "{:.1f}"),
+        ("corrupt planted / found", "corrupt", "{}"),
+    ),
 }
 
 

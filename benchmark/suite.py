@@ -87,6 +87,16 @@ SUITES = {
                 batches_per_repeat=2,
                 trains="CIFAR-size training b128",
             ),
+            # A folder at scale: 20,000 photo-size JPEGs with 20 truncated ones.
+            dict(
+                name="folder 20k 224 b32",
+                image_size=(224, 224),
+                batch=32,
+                files=20_000,
+                corrupt=20,
+                batches_per_repeat=8,
+                trains="Ti/16 training b32",
+            ),
         ],
     },
     # A GPU, under KERAS_BACKEND=jax with timm on CUDA (no TensorFlow there, so no keras-hub-on-TF,
@@ -235,6 +245,11 @@ def targets(results, suite, peak_gflops):
             check(f"LiteRT {label} latency / float32 latency", litert[mode] / litert["float32"], 0.35, at_least=False)
     for case in SUITES[suite].get("pipeline", []):
         pipe = _rate(results.get("pipeline", []), case["name"], "keras_vit")
+        for r in results.get("pipeline", []):
+            if r["case"] == case["name"] and r.get("first_batch_s") is not None:
+                check(f"{case['name']}: seconds to the first batch", r["first_batch_s"], 10.0, at_least=False)
+                planted, found = (int(n) for n in r["corrupt"].split(" / "))
+                check(f"{case['name']}: corrupt files found / planted", found / planted, 1.0)
         train = [
             r["images_per_s"] for r in training if r["case"] == case["trains"] and r["implementation"] == "keras_vit"
         ]

@@ -3,7 +3,7 @@
 import dataclasses
 from pathlib import Path
 
-from keras_vit.names import EVAL_CROP, INTERPOLATIONS, POOLING_MODES
+from keras_vit.names import EVAL_CROP, INTERPOLATIONS, POOLING_MODES, POSEMB_INTERPOLATIONS
 
 # Official ViT inputs: pixels in [0, 255] mapped to [-1, 1], i.e. (x - 127.5) / 127.5.
 OFFICIAL_MEAN = (127.5, 127.5, 127.5)
@@ -54,6 +54,9 @@ class ViTConfig:
         crop_fraction, interpolation: the image transform the model is evaluated and served
             with (`keras_vit.transform.ImageTransform`): resize so that the centre
             `crop_fraction` becomes `image_size`, then crop it (1: resize only).
+        posemb_interpolation: how position embeddings saved for another patch grid are
+            resampled on load: "bilinear" (the paper's code), "bicubic" (Hugging Face's) or
+            "bicubic_antialias" (timm's).
     """
 
     image_size: int | tuple[int, int] = 224
@@ -81,6 +84,7 @@ class ViTConfig:
     input_std: tuple[float, ...] = OFFICIAL_STD
     crop_fraction: float = EVAL_CROP
     interpolation: str = "bilinear"
+    posemb_interpolation: str = "bilinear"
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731  (frozen dataclass)
@@ -122,6 +126,10 @@ class ViTConfig:
             raise ValueError(f"`crop_fraction` must be in (0, 1]; got {self.crop_fraction}.")
         if self.interpolation not in INTERPOLATIONS:
             raise ValueError(f"`interpolation` must be one of {INTERPOLATIONS}; got {self.interpolation!r}.")
+        if self.posemb_interpolation not in POSEMB_INTERPOLATIONS:
+            raise ValueError(
+                f"`posemb_interpolation` must be one of {POSEMB_INTERPOLATIONS}; got {self.posemb_interpolation!r}."
+            )
         for name in ("dropout_rate", "attention_dropout_rate", "drop_path_rate"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"`{name}` must be in [0, 1); got {getattr(self, name)}.")

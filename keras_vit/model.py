@@ -157,7 +157,7 @@ class _Parts:
         self.patch_embedding = vit_layers.PatchEmbedding(c.hidden_size, c.patch_size, dtype=d, name="patch_embedding")
         self.class_token = vit_layers.ClassToken(dtype=d, name="class_token") if c.num_prefix_tokens else None
         self.position_embedding = vit_layers.PositionEmbedding(
-            c.grid_size, c.num_prefix_tokens, dtype=d, name="position_embedding"
+            c.grid_size, c.num_prefix_tokens, c.posemb_interpolation, dtype=d, name="position_embedding"
         )
         self.embedding_dropout = keras.layers.Dropout(c.dropout_rate, dtype=d, name="embedding_dropout")
         # The class token reads the patch tokens in the last block's attention, so the input

@@ -14,6 +14,10 @@ EVAL_CROP = 0.875
 # Bicubic is left out: TensorFlow's, JAX's and torch's kernels differ by up to ~4 pixel levels, so
 # a model would be served (tf.data, SavedModel) other than it predicts on JAX or PyTorch.
 INTERPOLATIONS = ("bilinear", "nearest")
+# Resampling of position embeddings to another patch grid (keras_vit.resample): bilinear (the
+# paper's code), bicubic (Hugging Face's: torch's kernel, a = -0.75) or bicubic_antialias
+# (timm's default: torch's antialiased bicubic, PIL's kernel).
+POSEMB_INTERPOLATIONS = ("bilinear", "bicubic", "bicubic_antialias")
 
 # Class names, one per line, in output order: in a run directory, a SavedModel's assets and a
 # .tflite's metadata.

@@ -2,19 +2,26 @@
 
 import numpy as np
 
+from keras_vit.names import POSEMB_INTERPOLATIONS
 
-def resample_position_embeddings(posemb, new_grid, old_grid=None, num_prefix_tokens=1):
+
+def resample_position_embeddings(posemb, new_grid, old_grid=None, num_prefix_tokens=1, method="bilinear"):
     """Resizes the 2-D grid of a position embedding; prefix (class-token) slots are kept.
 
-    Bilinear with half-pixel centres and no antialiasing, the same numbers as
+    `method="bilinear"`: half-pixel centres, no antialiasing, the same numbers as
     `torch.nn.functional.interpolate(mode="bilinear", align_corners=False)` and
-    `tf.image.resize(method="bilinear", antialias=False)`.
+    `tf.image.resize(method="bilinear", antialias=False)`. `method="bicubic"`: torch's
+    `interpolate(mode="bicubic", align_corners=False)` (cubic convolution, a = -0.75, edges
+    replicated), what Hugging Face uses. `method="bicubic_antialias"`: torch's
+    `interpolate(mode="bicubic", antialias=True)` (PIL's kernel, a = -0.5, widened when
+    shrinking, renormalised at the edges), timm's default.
 
     Args:
         posemb: array `(1, prefix + rows*cols, D)` or `(prefix + rows*cols, D)`.
         new_grid: target `(rows, cols)` or an int for a square grid.
         old_grid: source `(rows, cols)`; inferred when the source grid is square.
         num_prefix_tokens: leading tokens that are not on the grid (1 for the class token).
+        method: "bilinear", "bicubic" or "bicubic_antialias".
 
     Returns:
         float32 array `(1, prefix + new_rows*new_cols, D)`.
@@ -37,21 +44,55 @@ def resample_position_embeddings(posemb, new_grid, old_grid=None, num_prefix_tok
     if old_grid == new_grid:
         return posemb.copy()
     grid = grid.reshape(old_grid + (-1,))
-    rows = interpolation_matrix(old_grid[0], new_grid[0])
-    cols = interpolation_matrix(old_grid[1], new_grid[1])
+    rows = interpolation_matrix(old_grid[0], new_grid[0], method)
+    cols = interpolation_matrix(old_grid[1], new_grid[1], method)
     grid = np.einsum("ir,rcd,jc->ijd", rows, grid, cols)
     grid = grid.reshape(1, new_grid[0] * new_grid[1], -1).astype(np.float32)
     return np.concatenate([prefix, grid], axis=1)
 
 
-def interpolation_matrix(in_size, out_size):
-    """(out_size, in_size) matrix of 1-D linear interpolation with half-pixel centres."""
+def interpolation_matrix(in_size, out_size, method="bilinear"):
+    """(out_size, in_size) matrix of 1-D interpolation with half-pixel centres."""
+    if method not in POSEMB_INTERPOLATIONS:
+        raise ValueError(f"unknown interpolation {method!r}; choose from {', '.join(POSEMB_INTERPOLATIONS)}.")
     src = (np.arange(out_size, dtype=np.float64) + 0.5) * (in_size / out_size) - 0.5
+    weights = np.zeros((out_size, in_size))
+    rows = np.arange(out_size)
+    if method == "bicubic_antialias":
+        return _antialiased_cubic(in_size, out_size)
+    if method == "bicubic":  # four neighbours, indices clamped at the edges (torch's upsample_bicubic2d)
+        low = np.floor(src).astype(int)
+        t = src - low
+        for offset, distance in ((-1, t + 1), (0, t), (1, 1 - t), (2, 2 - t)):
+            np.add.at(weights, (rows, np.clip(low + offset, 0, in_size - 1)), _cubic(distance))
+        return weights
     src = np.clip(src, 0.0, in_size - 1)
     low = np.floor(src).astype(int)
     high = np.minimum(low + 1, in_size - 1)
     frac = src - low
-    weights = np.zeros((out_size, in_size))
-    np.add.at(weights, (np.arange(out_size), low), 1.0 - frac)
-    np.add.at(weights, (np.arange(out_size), high), frac)
+    np.add.at(weights, (rows, low), 1.0 - frac)
+    np.add.at(weights, (rows, high), frac)
     return weights
+
+
+def _antialiased_cubic(in_size, out_size):
+    """PIL's resampling filter (torch's antialiased bicubic): the a = -0.5 kernel stretched by
+    the shrink factor, cut at the edges and renormalised."""
+    scale = in_size / out_size
+    stretch = max(scale, 1.0)
+    support = 2.0 * stretch
+    weights = np.zeros((out_size, in_size))
+    for i in range(out_size):
+        centre = (i + 0.5) * scale
+        low, high = max(int(centre - support + 0.5), 0), min(int(centre + support + 0.5), in_size)
+        w = _cubic((np.arange(low, high) - centre + 0.5) / stretch, a=-0.5)
+        weights[i, low:high] = w / w.sum()
+    return weights
+
+
+def _cubic(x, a=-0.75):
+    """Keys' cubic convolution kernel at distances `x` in [0, 2]."""
+    x = np.abs(x)
+    near = ((a + 2) * x - (a + 3)) * x * x + 1
+    far = ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+    return np.where(x <= 1, near, np.where(x < 2, far, 0.0))

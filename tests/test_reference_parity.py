@@ -143,3 +143,22 @@ def test_timm_no_embed_class_model(tmp_path):
     model = keras_vit.ViT.from_checkpoint(tmp_path / "deit3.safetensors")
     assert model.config.layer_scale_init is not None
     assert max_diff(model, expected, pixels) <= TOLERANCE
+
+
+def test_224_checkpoint_at_384_with_bicubic_matches_timms_own_loader(tmp_path):
+    """`posemb_interpolation="bicubic_antialias"`: a 224 timm state dict at 384 computes what
+    timm's own checkpoint filter (its default, antialiased bicubic) makes of it."""
+    from safetensors.torch import save_file
+    from timm.models.vision_transformer import checkpoint_filter_fn
+
+    source = perturbed(timm.create_model("vit_tiny_patch16_224", pretrained=False))
+    save_file(source.state_dict(), tmp_path / "ti16_224.safetensors")
+    reference = timm.create_model("vit_tiny_patch16_384", pretrained=False).eval()
+    reference.load_state_dict(checkpoint_filter_fn(source.state_dict(), reference))
+    model = keras_vit.ViT.from_preset(
+        "vit_ti16", image_size=384, posemb_interpolation="bicubic_antialias", weights=tmp_path / "ti16_224.safetensors"
+    )
+    pixels = sample_photos(384)
+    with torch.no_grad():
+        expected = reference(to_torch(pixels)).numpy()
+    assert max_diff(model, expected, pixels) <= TOLERANCE

@@ -83,3 +83,18 @@ def test_assign_resampled_accepts_big_vision_layout_without_class_slot():
     np.testing.assert_allclose(after[:, 1:], resample_position_embeddings(grid_only, (4, 4), num_prefix_tokens=0)[:, :])
     with pytest.raises(ValueError, match="embedding width"):
         layer.assign_resampled(np.zeros((1, 17, 5)))
+
+
+@pytest.mark.parametrize("old, new", [((7, 8), (12, 10)), ((12, 10), (7, 5)), ((14, 14), (24, 24))])
+@pytest.mark.parametrize("antialias", [False, True])
+def test_bicubic_matches_torch(old, new, antialias):
+    torch = pytest.importorskip("torch")
+    posemb = np.random.default_rng(0).standard_normal((1, 1 + old[0] * old[1], 5)).astype("float32")
+    method = "bicubic_antialias" if antialias else "bicubic"
+    ours = resample_position_embeddings(posemb, new, old, 1, method=method)
+    grid = torch.from_numpy(posemb[0, 1:].reshape(*old, 5)).permute(2, 0, 1)[None]
+    theirs = torch.nn.functional.interpolate(grid, size=new, mode="bicubic", align_corners=False, antialias=antialias)
+    np.testing.assert_allclose(ours[0, 1:], theirs[0].permute(1, 2, 0).reshape(-1, 5).numpy(), atol=1e-5)
+    np.testing.assert_array_equal(ours[:, :1], posemb[:, :1])
+    with pytest.raises(ValueError, match="unknown interpolation 'area'"):
+        resample_position_embeddings(posemb, new, old, 1, method="area")

@@ -156,10 +156,28 @@ def _write_folder(root):
     (root / "dog" / "notes.txt").write_text("ignored")
 
 
-def test_image_folder_skips_corrupt_files_and_trains(tmp_path, caplog):
+def test_image_folder_skips_corrupt_files_and_trains(tmp_path, caplog, monkeypatch):
+    """Corrupt files are found by TensorFlow's decoders in one parallel tf.data pass (no
+    PIL decode, no file-by-file pre-pass), counted, and remembered: a later command checks only
+    files that changed."""
+    import PIL.Image
+
     _write_folder(tmp_path / "data")
+
+    def no_pil(*args, **kwargs):
+        raise AssertionError("PIL decoded a file of the folder")
+
+    monkeypatch.setattr(PIL.Image, "open", no_pil)
+    checked = []
+    decodable = datasets._decodable
+    monkeypatch.setattr(datasets, "_decodable", lambda files: checked.append(len(files)) or decodable(files))
     source = datasets.folder(tmp_path / "data", validation_fraction=0.34)
-    assert "skipped 2 unreadable image(s)" in caplog.text
+    assert "skipped 2 unreadable image(s)" in caplog.text and source.skipped == 2 and checked == [14]
+    again = datasets.folder(tmp_path / "data", validation_fraction=0.34)
+    assert checked == [14] and again.skipped == 2 and again.num_train == source.num_train  # from the index
+    (tmp_path / "data" / "dog" / "not_an_image.png").write_bytes((tmp_path / "data" / "dog" / "0.png").read_bytes())
+    assert datasets.folder(tmp_path / "data", validation_fraction=0.34).skipped == 1 and checked == [14, 1]
+    (tmp_path / "data" / "dog" / "not_an_image.png").write_bytes(b"hello")
     assert source.class_names == ["cat", "dog"] and (source.num_train, source.num_select, source.num_eval) == (8, 0, 4)
     shapes = [image.shape for image, _ in source.train.as_numpy_iterator()]
     assert all(s[-1] == 3 for s in shapes)  # grayscale, CMYK, RGBA, palette -> RGB

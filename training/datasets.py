@@ -8,9 +8,13 @@ class names; the pipeline (`pipeline.py`) crops, augments and batches them. Disj
 
 import dataclasses
 import difflib
+import hashlib
+import json
 import logging
+import os
 import re
 import socket
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +33,8 @@ class Source:
     num_eval: int
     select: tf.data.Dataset | None = None  # None: no selection split (best.keras is the last epoch)
     num_select: int = 0
+    skipped: int = 0  # unreadable files left out
+    shuffled: bool = False  # `train` is already shuffled file by file (a small buffer suffices)
 
 
 def load(config):
@@ -70,44 +76,139 @@ def digits(validation_fraction=0.2, seed=0, selection_fraction=0.0):
 
 
 def folder(path, validation_fraction=0.2, seed=0, selection_fraction=0.0):
-    """One sub-folder per class of JPEG/PNG/BMP/GIF files, split as `digits` is. Unreadable
-    files are skipped (and counted in one warning); grayscale, CMYK, palette and RGBA images
-    become RGB."""
+    """One sub-folder per class of JPEG/PNG/BMP/GIF files, split as `digits` is; grayscale,
+    CMYK, palette and RGBA images become RGB.
+
+    Files are listed in parallel and checked by TensorFlow's own decoders in a parallel tf.data
+    pass (JPEGs at 1/8 scale), so unreadable files are skipped, and counted in one warning,
+    before training without a file-by-file pre-pass; the verdicts are cached (see
+    `FolderIndex`) and later commands check only new or changed files. Training reads files
+    in a shuffled order and decodes them as it goes: memory stays bounded by the pipeline's
+    shuffle buffer, not the folder's size."""
     path = Path(path)
     classes = sorted(p.name for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))
     if not classes:
         raise ValueError(f"{path} has no class sub-folders (expected {path}/CLASS_NAME/image.jpg).")
-    files, labels, skipped = [], [], []
-    for label, name in enumerate(classes):
-        for file in sorted((path / name).rglob("*")):
-            if file.suffix.lower() not in IMAGE_EXTENSIONS:
-                continue
-            if _readable(file):
-                files.append(str(file))
-                labels.append(label)
-            else:
-                skipped.append(str(file))
-    if not files:
+    listed = _list_images(path, classes)
+    if not listed:
+        raise ValueError(f"{path} has no readable images ({', '.join(IMAGE_EXTENSIONS)}) in its class folders.")
+    index = FolderIndex(path)
+    verdicts = index.check(listed)
+    readable = [(name, label) for name, label, _ in listed if verdicts[name]]
+    skipped = [name for name, _, _ in listed if not verdicts[name]]
+    if not readable:
         raise ValueError(f"{path} has no readable images ({', '.join(IMAGE_EXTENSIONS)}) in its class folders.")
     if skipped:
         logger.warning("keras_vit: skipped %d unreadable image(s) in %s, e.g. %s", len(skipped), path, skipped[0])
-    labels = np.array(labels)
+    files = np.array([str(path / name) for name, _ in readable])
+    labels = np.array([label for _, label in readable])
     train, select, held_out = _three_way_split(labels, validation_fraction, selection_fraction, seed)
-    files = np.array(files)
 
-    def dataset(index):
+    def dataset(index, shuffle=False):
         paths = tf.data.Dataset.from_tensor_slices((files[index], labels[index]))
+        if shuffle:  # file names are cheap to shuffle whole; decoded images are not
+            paths = paths.shuffle(len(index), seed=seed, reshuffle_each_iteration=True)
         return paths.map(lambda f, y: (_decode_file(f), y), num_parallel_calls=tf.data.AUTOTUNE)
 
     return Source(
-        dataset(train),
+        dataset(train, shuffle=True),
         dataset(held_out),
         classes,
         len(train),
         len(held_out),
         dataset(select) if len(select) else None,
         len(select),
+        skipped=len(skipped),
+        shuffled=True,
     )
+
+
+class FolderIndex:
+    """Which files of an image folder TensorFlow can decode, remembered between commands.
+
+    Kept beside the data (`.keras_vit_index.json`) or, in a read-only folder, in
+    `$KERAS_HOME/keras_vit/folders/`. A file is checked again when its size or modification
+    time changes."""
+
+    NAME = ".keras_vit_index.json"
+
+    def __init__(self, path):
+        self.path = Path(path)
+        self.file = self.path / self.NAME
+        if not os.access(self.path, os.W_OK):
+            digest = hashlib.sha256(str(self.path.resolve()).encode()).hexdigest()[:16]
+            home = Path(os.environ.get("KERAS_HOME", Path.home() / ".keras"))
+            self.file = home / "keras_vit" / "folders" / f"{digest}.json"
+
+    def check(self, listed):
+        """`{relative name: readable}` for `listed` `(name, label, (size, mtime_ns))` entries."""
+        known = self._read()
+        verdicts, unknown = {}, []
+        for name, _, stamp in listed:
+            entry = known.get(name)
+            if entry is not None and entry[:2] == list(stamp):
+                verdicts[name] = bool(entry[2])
+            else:
+                unknown.append(name)
+        if unknown:
+            good = _decodable([str(self.path / name) for name in unknown])
+            verdicts.update({name: i in good for i, name in enumerate(unknown)})
+            stamps = {name: stamp for name, _, stamp in listed}
+            self._write({name: [*stamps[name], int(ok)] for name, ok in verdicts.items()})
+        return verdicts
+
+    def _read(self):
+        try:
+            data = json.loads(self.file.read_text())
+            return data["files"] if data.get("version") == 1 else {}
+        except (OSError, ValueError, KeyError, TypeError):
+            return {}
+
+    def _write(self, files):
+        try:
+            self.file.parent.mkdir(parents=True, exist_ok=True)
+            temporary = self.file.with_name(self.file.name + f".{os.getpid()}.tmp")
+            temporary.write_text(json.dumps({"version": 1, "files": files}))
+            os.replace(temporary, self.file)
+        except OSError as error:  # a cache only: the next command checks again
+            logger.warning("keras_vit: cannot write the folder index %s (%s)", self.file, error)
+
+
+def _list_images(path, classes):
+    """`(name relative to path, label, (size, mtime_ns))` of every image, class folders listed
+    in parallel threads, in a stable order."""
+
+    def walk(label_and_name):
+        label, name = label_and_name
+        found = []
+        for root, _, names in os.walk(path / name):
+            for file in names:
+                if Path(file).suffix.lower() in IMAGE_EXTENSIONS:
+                    full = os.path.join(root, file)
+                    stat = os.stat(full)
+                    found.append((os.path.relpath(full, path), label, (stat.st_size, stat.st_mtime_ns)))
+        return sorted(found)
+
+    with ThreadPoolExecutor(max_workers=min(16, len(classes))) as pool:
+        return [entry for entries in pool.map(walk, enumerate(classes)) for entry in entries]
+
+
+def _decodable(files):
+    """Indices of `files` that TensorFlow's decoders read, checked in parallel (JPEGs decoded
+    at 1/8 scale: the whole entropy-coded stream is still read, so truncation shows)."""
+
+    def check(i, file):
+        data = tf.io.read_file(file)
+        rows = tf.cond(
+            tf.io.is_jpeg(data),
+            lambda: tf.shape(tf.io.decode_jpeg(data, channels=3, ratio=8))[0],
+            lambda: tf.shape(tf.io.decode_image(data, channels=3, expand_animations=False))[0],
+        )
+        return i, rows
+
+    ds = tf.data.Dataset.from_tensor_slices((np.arange(len(files)), np.array(files)))
+    ds = ds.map(check, num_parallel_calls=tf.data.AUTOTUNE, deterministic=False).ignore_errors()
+    return {int(i) for batch, _ in ds.batch(4096).as_numpy_iterator() for i in batch}
 
 
 def tfds_source(name, train_split=None, eval_split=None, selection_fraction=0.0):
@@ -186,17 +287,6 @@ def network_available(host="storage.googleapis.com", timeout=3.0):
         socket.create_connection((host, 443), timeout=timeout).close()
         return True
     except OSError:
-        return False
-
-
-def _readable(file):
-    from PIL import Image
-
-    try:
-        with Image.open(file) as image:
-            image.load()  # decodes fully: catches truncated files, not just bad headers
-        return True
-    except Exception:  # PIL raises many types for bad files
         return False
 
 

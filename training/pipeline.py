@@ -10,10 +10,17 @@ import tensorflow as tf
 AUTOTUNE = tf.data.AUTOTUNE
 
 
-def train_pipeline(source_ds, num_examples, config, image_size, num_classes, global_batch, cache=False):
-    """Batches of (float32 pixels in [0, 255], one-hot labels), repeated forever."""
+# Decoded examples held for shuffling: a source that is not shuffled itself (digits, tfds) /
+# one shuffled file by file (folders), where the buffer only mixes neighbours.
+SHUFFLE_BUFFER, SHUFFLED_SOURCE_BUFFER = 10_000, 256
+
+
+def train_pipeline(source_ds, num_examples, config, image_size, num_classes, global_batch, cache=False, shuffled=False):
+    """Batches of (float32 pixels in [0, 255], one-hot labels), repeated forever. `shuffled`:
+    the source reshuffles its own order every pass (see `datasets.folder`)."""
     ds = source_ds.cache() if cache else source_ds
-    ds = ds.shuffle(min(num_examples, 10_000), seed=config.seed, reshuffle_each_iteration=True).repeat()
+    buffer = min(num_examples, SHUFFLED_SOURCE_BUFFER if shuffled else SHUFFLE_BUFFER)
+    ds = ds.shuffle(buffer, seed=config.seed, reshuffle_each_iteration=True).repeat()
     seeds = tf.data.Dataset.random(seed=config.seed).batch(2)  # one stateless seed per example
     ds = tf.data.Dataset.zip((ds, seeds))
 

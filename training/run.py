@@ -72,7 +72,7 @@ def fit(config, overwrite=False, verbose="auto"):
         multi_worker.apply(model)
     size, num_classes = model.config.image_size, len(source.class_names)
     train = pipeline.train_pipeline(
-        source.train, source.num_train, c, size, num_classes, global_batch, cache=c.is_digits
+        source.train, source.num_train, c, size, num_classes, global_batch, cache=c.is_digits, shuffled=source.shuffled
     )
     # The epoch kept as best.keras is chosen on the selection split, never on the evaluation
     # split that eval.json reports.

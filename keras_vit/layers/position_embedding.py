@@ -14,15 +14,17 @@ class PositionEmbedding(keras.layers.Layer):
     """Adds a learned `(1, prefix + rows*cols, D)` embedding, initialised N(0, 0.02).
 
     Loading weights saved for another patch grid (`load_weights`, `.keras` files or
-    `assign_resampled`) resamples the 2-D grid bilinearly and keeps the prefix (class
-    token) slots, so a model trained at 224 can be fine-tuned at 384. `.keras` and weights
-    files store the grid beside the embedding, so non-square grids resample exactly.
+    `assign_resampled`) resamples the 2-D grid (`interpolation`, see `keras_vit.resample`) and
+    keeps the prefix (class token) slots, so a model trained at 224 can be fine-tuned at 384.
+    `.keras` and weights files store the grid beside the embedding, so non-square grids
+    resample exactly.
     """
 
-    def __init__(self, grid_size, num_prefix_tokens=1, **kwargs):
+    def __init__(self, grid_size, num_prefix_tokens=1, interpolation="bilinear", **kwargs):
         super().__init__(**kwargs)
         self.grid_size = tuple(int(g) for g in grid_size)
         self.num_prefix_tokens = int(num_prefix_tokens)
+        self.interpolation = interpolation
 
     @property
     def num_tokens(self):
@@ -68,7 +70,7 @@ class PositionEmbedding(keras.layers.Layer):
         prefix = self.num_prefix_tokens
         if src_prefix == 0 and prefix:
             value = np.concatenate([np.zeros((1, prefix, width), "float32"), value], axis=1)
-        return resample_position_embeddings(value, self.grid_size, grid_size, prefix)
+        return resample_position_embeddings(value, self.grid_size, grid_size, prefix, self.interpolation)
 
     def source_grid(self, num_tokens, grid_size=None):
         """`(grid, prefix slots)` of a stored embedding of `num_tokens` tokens: `grid_size` when
@@ -107,6 +109,7 @@ class PositionEmbedding(keras.layers.Layer):
             **super().get_config(),
             "grid_size": list(self.grid_size),
             "num_prefix_tokens": self.num_prefix_tokens,
+            "interpolation": self.interpolation,
         }
 
 
