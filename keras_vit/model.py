@@ -99,6 +99,40 @@ class ViT(keras.Model):
         config's size, crop fraction and interpolation)."""
         return ImageTransform.of(self.config)
 
+    def feature_model(self, blocks=(-1,), norm=False, pooled=True):
+        """A model sharing this one's weights: images -> a dict of features for downstream
+        heads (detection, segmentation, retrieval), as timm's `forward_intermediates`.
+
+        `blocks`: indices of the encoder blocks (negative from the end) whose patch tokens come
+        out as `(batch, rows, cols, D)` maps under `"block_{i}"`; `norm`: apply the final
+        LayerNorm to those maps; `pooled`: also `"pooled"`, the `(batch, D)` embedding the
+        head reads (pre-logits included), without the head. Save it as a `.keras` file or
+        export it as any Keras model; fine-tuning it trains this model's weights."""
+        parts, count = self._parts, len(self._parts.blocks)
+        chosen = sorted({i % count for i in blocks}) if blocks else []
+        if any(not -count <= i < count for i in blocks or ()):
+            raise ValueError(f"blocks must be in [-{count}, {count}); got {tuple(blocks)}.")
+        if not chosen and not pooled:
+            raise ValueError("ask for at least one block's map or the pooled embedding.")
+        images = keras.Input(shape=self.config.image_size + (self.config.channels,), name="images")
+        x = images
+        for layer in parts.encoder_layers()[:-count]:
+            x = layer(x)
+        outputs = {}
+        last = count - 1 if pooled else chosen[-1]
+        for i, block in enumerate(parts.blocks[: last + 1]):
+            x = block(x)
+            if i in chosen:
+                tokens = parts.encoder_norm(x) if norm else x
+                grid = vit_layers.TokenGrid(
+                    self.config.grid_size, self.config.num_prefix_tokens, dtype=self.dtype_policy, name=f"map_{i}"
+                )
+                outputs[f"block_{i}"] = grid(tokens)
+        if pooled:
+            embedding = parts.pooling(parts.encoder_norm(x))
+            outputs["pooled"] = parts.pre_logits(embedding) if parts.pre_logits is not None else embedding
+        return keras.Model(images, outputs, name=f"{self.name}_features")
+
     def attention_model(self):
         """A model sharing this one's weights: images -> list of L attention probabilities,
         each `(batch, heads, tokens, tokens)` in float32 (rows sum to 1)."""

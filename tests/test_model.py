@@ -266,3 +266,43 @@ def test_model_trains_with_fit():
     before = model.evaluate(x, y, verbose=0)
     model.fit(x, y, epochs=15, batch_size=8, verbose=0)
     assert model.evaluate(x, y, verbose=0) < before
+
+
+def test_feature_model_gives_maps_and_the_pooled_embedding_for_downstream_heads(tmp_path):
+    """`feature_model`: chosen blocks' patch tokens as (batch, rows, cols, D) maps and the pooled
+    embedding (what a headless model returns); it round-trips through .keras, trains the
+    shared weights under a segmentation-style head, and (TensorFlow) exports as a SavedModel."""
+    model = perturb(keras_vit.ViT(tiny_config()))
+    features = model.feature_model(blocks=(0, -1), norm=True)
+    x = images()
+    out = {k: keras.ops.convert_to_numpy(v) for k, v in features(x).items()}
+    assert sorted(out) == ["block_0", "block_1", "pooled"]
+    assert out["block_0"].shape == out["block_1"].shape == (2, 4, 4, 64) and out["pooled"].shape == (2, 64)
+    headless = keras_vit.ViT(tiny_config(num_classes=0))
+    for target, source in zip(headless.weights, [w for w in model.weights if not w.path.startswith("head/")]):
+        target.assign(source)
+    np.testing.assert_allclose(out["pooled"], keras.ops.convert_to_numpy(headless(x)), atol=1e-6)
+    assert not np.allclose(out["block_0"], out["block_1"])
+    only_first = model.feature_model(blocks=(0,), pooled=False)
+    assert list(only_first.output) == ["block_0"] and len(only_first.layers) < len(features.layers)
+    path = tmp_path / "features.keras"
+    features.save(path)
+    reloaded = keras.saving.load_model(path)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(reloaded(x)["block_1"]), out["block_1"], atol=1e-6)
+    maps = model.feature_model(blocks=(-1,), pooled=False)
+    masks = keras.layers.Conv2D(3, 1, name="mask_head")(maps.output["block_1"])
+    segmenter = keras.Model(maps.input, masks)
+    segmenter.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    before = keras.ops.convert_to_numpy(model.get_layer("block_0").mlp.fc1.kernel).copy()
+    segmenter.train_on_batch(x, np.ones((2, 4, 4, 3), "float32"))
+    assert not np.allclose(keras.ops.convert_to_numpy(model.get_layer("block_0").mlp.fc1.kernel), before)
+    with pytest.raises(ValueError, match=r"blocks must be in \[-2, 2\)"):
+        model.feature_model(blocks=(5,))
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        features.export(str(tmp_path / "saved"), verbose=False)
+        loaded = tf.saved_model.load(str(tmp_path / "saved"))  # kept: its variables live as long as it
+        served = loaded.serve(tf.constant(x))
+        now = keras.ops.convert_to_numpy(features(x)["pooled"])  # the weights the head step moved
+        np.testing.assert_allclose(served["pooled"].numpy(), now, atol=1e-5)
