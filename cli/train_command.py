@@ -32,7 +32,16 @@ _FLAGS = {
     "--image-size": ("image_size", dict(type=int, help="input resolution (position embeddings resampled)")),
     "--weights": ("weights", dict(help="checkpoint to start from (file or known name; finetune)")),
     "--recipe": ("recipe", dict(choices=names.RECIPES, help="pretrain: AdamW; finetune: SGD")),
+    "--protocol": (
+        "protocol",
+        dict(
+            choices=names.PROTOCOLS,
+            help="the paper's fine-tuning protocol for a dataset: its data and splits, steps, SGD at batch 512, "
+            "learning rate, clipping and 384-pixel resolution (each overridable; implies --recipe finetune)",
+        ),
+    ),
     "--epochs": ("epochs", dict(type=int)),
+    "--steps": ("steps", dict(type=int, help="total optimizer steps, instead of --epochs")),
     "--batch-size": ("batch_size", dict(type=int, help="per replica (global = this x replicas)")),
     "--global-batch-size": (
         "global_batch_size",

@@ -32,6 +32,8 @@ RUN_CHECKPOINTS = ("best.keras", "last.keras")
 
 # Training options with a fixed set of values (keras_vit.training.TrainConfig).
 RECIPES = ("pretrain", "finetune")
+# The paper's fine-tuning protocols (Table 4, appendix B.1.1), `train --protocol NAME`.
+PROTOCOLS = ("imagenet", "cifar10", "cifar100", "pets", "flowers", "vtab")
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 DECAYS = ("cosine", "linear")

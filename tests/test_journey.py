@@ -305,3 +305,29 @@ def test_bad_input_along_the_journey_gets_one_line(journey, tmp_path):
         result = run(KERAS_VIT, *args, expect=2)
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("keras-vit ") and message in lines[0], (args, result.stderr)
+
+
+def test_train_on_a_folder_with_broken_files_says_so_once(tmp_path):
+    """A user's folder with a truncated JPEG and a text file named .png: one warning with the
+    count, none of the JPEG decoder's per-file lines, and the next command reuses the index."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for c, name in enumerate(("cat", "dog")):
+        (tmp_path / "data" / name).mkdir(parents=True)
+        for i in range(8):
+            pixels = (rng.uniform(0, 255, (40, 48, 3)) * (0.4 + 0.6 * c)).astype("uint8")
+            Image.fromarray(pixels).save(tmp_path / "data" / name / f"{i}.jpg")
+    jpeg = (tmp_path / "data" / "cat" / "0.jpg").read_bytes()
+    (tmp_path / "data" / "cat" / "broken.jpg").write_bytes(jpeg[: len(jpeg) // 3])
+    (tmp_path / "data" / "dog" / "notes.png").write_text("not an image")
+    (tmp_path / "tiny.yaml").write_text(
+        "model: {image_size: 16, patch_size: 4, hidden_size: 32, num_layers: 1, num_heads: 2, mlp_dim: 64}\n"
+    )
+    command = [KERAS_VIT, "train", "--dataset", tmp_path / "data", "--config", tmp_path / "tiny.yaml"]
+    trained = run(*command, "--epochs", "1", "--batch-size", "4", "--run-dir", tmp_path / "run")
+    assert trained.stderr.count("skipped 2 unreadable image(s)") == 1, trained.stderr[-2000:]
+    for noise in ("jpeg_mem", "Premature end", "JPEG library"):
+        assert noise not in trained.stderr, trained.stderr[-2000:]
+    assert (tmp_path / "data" / ".keras_vit_index.json").is_file()
+    assert json.loads(trained.stdout.strip().splitlines()[-1])["num_examples"] == 4  # 20% of 16 readable

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from PIL import Image
 
 pytestmark = pytest.mark.tensorflow_only  # tf.data and tf.distribute
@@ -602,3 +603,47 @@ def test_checkpoints_wait_for_their_interval_but_never_miss_the_last_epoch_or_a_
     assert (tmp_path / "best.keras").is_file() and last.stat().st_mtime_ns == first
     callback.on_epoch_end(2, {"loss": 0.7, "val_accuracy": 0.55})  # the last epoch
     assert last.stat().st_mtime_ns > first
+
+
+def test_finetune_protocols_fill_what_the_run_leaves_open():
+    c = TrainConfig(protocol="cifar10").resolved()
+    assert (c.recipe, c.dataset, c.train_split, c.eval_split) == ("finetune", "tfds:cifar10", "train[:98%]", "test")
+    assert (c.steps, c.epochs, c.learning_rate, c.base_batch_size, c.global_batch_size) == (
+        10_000,
+        None,
+        0.03,
+        512,
+        512,
+    )
+    assert (c.clip_norm, c.weight_decay, c.warmup_fraction) == (1.0, 0.0, 0.05)
+    assert c.model == {"image_size": 384, "crop_fraction": 1.0}
+    own = TrainConfig(protocol="imagenet", learning_rate=0.01, model={"image_size": 224}, epochs=3).resolved()
+    assert (own.learning_rate, own.epochs, own.steps, own.model["image_size"]) == (0.01, 3, None, 224)
+    assert TrainConfig(protocol="pets").resolved().warmup_fraction == 0.1  # 500 steps: capped at 10%
+    assert TrainConfig(protocol="vtab", dataset="tfds:dtd").resolved().steps == 2500
+    with pytest.raises(ValueError, match="protocol vtab names no dataset"):
+        TrainConfig(protocol="vtab").resolved()
+    with pytest.raises(ValueError, match="given instead of epochs"):
+        TrainConfig(steps=10, epochs=2)
+    with pytest.raises(ValueError, match="unknown protocol 'svhn'"):
+        TrainConfig(protocol="svhn")
+    from keras_vit.training.recipes import schedule
+
+    assert schedule(TrainConfig(steps=10).resolved(), 16, 4) == (4, 3)  # 3 epochs of 4 steps >= 10
+    assert schedule(TrainConfig(epochs=2).resolved(), 16, 4) == (4, 2)
+
+
+def test_cifar10_protocol_runs_with_mock_data(tmp_path, monkeypatch):
+    """The protocol on tfds's mock CIFAR-10: its splits and SGD recipe, a small model and batch."""
+    import tensorflow_datasets as tfds
+
+    monkeypatch.setattr(datasets, "network_available", lambda: True)
+    with tfds.testing.mock_data(num_examples=16):
+        config = TrainConfig(
+            protocol="cifar10", run_dir=str(tmp_path / "run"), model=SMALL_MODEL, steps=5, global_batch_size=4
+        )
+        result = fit(config, verbose=0)
+    stored = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    assert stored["recipe"] == "finetune" and stored["steps"] == 5 and stored["model"]["crop_fraction"] == 1.0
+    assert len((tmp_path / "run" / "log.csv").read_text().splitlines()) == 1 + 2  # 2 epochs of 3 steps
+    assert result["num_examples"] > 0

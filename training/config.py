@@ -3,7 +3,7 @@
 import dataclasses
 
 from keras_vit.config import check_fields, read_yaml_options, to_plain_dict
-from keras_vit.names import AUGMENTS, DECAYS, PRECISIONS, RECIPES, STRATEGIES
+from keras_vit.names import AUGMENTS, DECAYS, PRECISIONS, PROTOCOLS, RECIPES, STRATEGIES
 
 # The offline default: a 0.14M-parameter ViT on scikit-learn's digits upscaled to 24x24, 36 tokens
 # of 4x4 pixels (1.33 original pixels a side) pooled by their mean, evaluated and served resized
@@ -44,13 +44,15 @@ class TrainConfig:
     model: dict = dataclasses.field(default_factory=dict)
     weights: str | None = None
     recipe: str = "pretrain"
+    protocol: str | None = None  # one of the paper's fine-tuning protocols (implies recipe finetune)
     epochs: int | None = None
+    steps: int | None = None  # total optimizer steps, instead of epochs
     batch_size: int = 32  # per replica
     global_batch_size: int | None = None  # instead of batch_size: split over the replicas
     learning_rate: float | None = None  # for a global batch of base_batch_size
     base_batch_size: int | None = None  # lr scales linearly: lr * global_batch / base_batch_size
     weight_decay: float | None = None
-    warmup_fraction: float = 0.1
+    warmup_fraction: float | None = None  # of all steps; default 0.1
     decay: str = "cosine"
     clip_norm: float | None = None
     ema: float | None = None  # momentum of a moving average of the weights, saved as the model; None: off
@@ -83,6 +85,10 @@ class TrainConfig:
         ):
             if getattr(self, name) not in choices:
                 raise ValueError(f"unknown {name} {getattr(self, name)!r}; choose from {', '.join(choices)}.")
+        if self.protocol is not None and self.protocol not in PROTOCOLS:
+            raise ValueError(f"unknown protocol {self.protocol!r}; choose from {', '.join(PROTOCOLS)}.")
+        if self.steps is not None and (self.steps < 1 or self.epochs is not None):
+            raise ValueError(f"steps must be positive, and given instead of epochs; got steps={self.steps}.")
         if self.steps_per_execution is not None and self.steps_per_execution < 1:
             raise ValueError(f"steps_per_execution must be positive; got {self.steps_per_execution}.")
         if self.checkpoint_interval < 0:
@@ -111,6 +117,8 @@ class TrainConfig:
     def resolved(self):
         """A copy with every recipe/dataset default filled in (what the run directory stores)."""
         c = dataclasses.replace(self, model=dict(self.model))
+        if c.protocol:
+            c = _with_protocol(c)
         if c.is_digits:
             c.model = {**DIGITS_MODEL, **c.model} if c.preset is None else c.model
             # No flips (a mirrored digit is another symbol) and no crops (an 8x8 digit has no
@@ -131,7 +139,9 @@ class TrainConfig:
             # Fine-tuning: SGD momentum 0.9, batch 512, lr 0.01 for it (scaled below), clip at 1.
             defaults = dict(epochs=10, learning_rate=0.01, base_batch_size=512, weight_decay=0.0)
             c.clip_norm = 1.0 if c.clip_norm is None else c.clip_norm
-        defaults = {"flip": True, "augment": "inception", "label_smoothing": 0.0, **defaults}
+        defaults = {"flip": True, "augment": "inception", "label_smoothing": 0.0, "warmup_fraction": 0.1, **defaults}
+        if c.steps is not None:
+            defaults.pop("epochs")
         for key, value in defaults.items():
             if getattr(c, key) is None:
                 setattr(c, key, value)
@@ -149,3 +159,32 @@ class TrainConfig:
     def from_yaml(cls, path, **overrides):
         """Reads a YAML file of TrainConfig fields; `overrides` (e.g. command-line flags) win."""
         return cls.from_dict({**read_yaml_options(path, "training option"), **overrides})
+
+
+def _with_protocol(c):
+    """`c` with its protocol's settings wherever it leaves them open (see `recipes.PROTOCOLS`)."""
+    from keras_vit.training import recipes
+
+    protocol = recipes.PROTOCOLS[c.protocol]
+    c.recipe = "finetune"
+    if c.dataset == "digits":
+        if protocol["dataset"] is None:
+            raise ValueError(
+                f"protocol {c.protocol} names no dataset: pass --dataset (the task's tfds name or folder)."
+            )
+        c.dataset = protocol["dataset"]
+    for key in ("train_split", "eval_split"):
+        if getattr(c, key) is None:
+            setattr(c, key, protocol[key])
+    if c.steps is None and c.epochs is None:
+        c.steps = protocol["steps"]
+    if c.learning_rate is None:
+        c.learning_rate = protocol["learning_rates"][0]
+    if c.base_batch_size is None:
+        c.base_batch_size = recipes.PROTOCOL_BATCH
+    if c.global_batch_size is None:
+        c.global_batch_size = recipes.PROTOCOL_BATCH
+    if c.warmup_fraction is None and c.steps is not None:
+        c.warmup_fraction = min(recipes.PROTOCOL_WARMUP_STEPS / c.steps, 0.1)
+    c.model = {"image_size": recipes.PROTOCOL_IMAGE_SIZE, "crop_fraction": 1.0, **c.model}
+    return c

@@ -22,6 +22,7 @@ import tensorflow as tf
 
 logger = logging.getLogger("keras_vit")
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
+_WARNED = set()  # (folder, count) of the unreadable-files warnings given
 
 
 @dataclasses.dataclass
@@ -98,7 +99,8 @@ def folder(path, validation_fraction=0.2, seed=0, selection_fraction=0.0):
     skipped = [name for name, _, _ in listed if not verdicts[name]]
     if not readable:
         raise ValueError(f"{path} has no readable images ({', '.join(IMAGE_EXTENSIONS)}) in its class folders.")
-    if skipped:
+    if skipped and (str(path), len(skipped)) not in _WARNED:  # once per process (fit then evaluates)
+        _WARNED.add((str(path), len(skipped)))
         logger.warning("keras_vit: skipped %d unreadable image(s) in %s, e.g. %s", len(skipped), path, skipped[0])
     files = np.array([str(path / name) for name, _ in readable])
     labels = np.array([label for _, label in readable])

@@ -40,9 +40,7 @@ def fit(config, overwrite=False, verbose="auto"):
     keras.utils.set_random_seed(c.seed)
     global_batch = _global_batch(c, placement.replicas)
     source = datasets.load(c)
-    steps_per_epoch = source.num_train // global_batch
-    if steps_per_epoch < 1:
-        raise ValueError(f"the global batch {global_batch} is larger than the {source.num_train} training examples.")
+    steps_per_epoch, epochs = recipes.schedule(c, source.num_train, global_batch)
     chief = placement.is_chief
     # Other workers and processes keep only their own resume state, in worker_N/backup.
     backup_dir = run_dir / "backup" if chief else run_dir / f"worker_{placement.task_index}" / "backup"
@@ -56,7 +54,7 @@ def fit(config, overwrite=False, verbose="auto"):
     with placement.scope():
         model = _build_model(c, len(source.class_names))
         model.compile(
-            optimizer=recipes.build_optimizer(c, steps_per_epoch, global_batch),
+            optimizer=recipes.build_optimizer(c, steps_per_epoch, global_batch, epochs),
             loss=keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=c.label_smoothing),
             weighted_metrics=[  # weighted: padding examples of weight 0 do not count
                 keras.metrics.CategoricalAccuracy(name="accuracy"),
@@ -111,7 +109,7 @@ def fit(config, overwrite=False, verbose="auto"):
     # shuffle=False: the pipeline shuffles itself (Keras warns that it ignores shuffle=True).
     model.fit(
         train,
-        epochs=c.epochs,
+        epochs=epochs,
         steps_per_epoch=steps_per_epoch,
         validation_data=selection,
         shuffle=False,
