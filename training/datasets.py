@@ -80,8 +80,8 @@ def folder(path, validation_fraction=0.2, seed=0, selection_fraction=0.0):
     """One sub-folder per class of JPEG/PNG/BMP/GIF files, split as `digits` is; grayscale,
     CMYK, palette and RGBA images become RGB.
 
-    Files are listed in parallel and checked by TensorFlow's own decoders in a parallel tf.data
-    pass (JPEGs at 1/8 scale), so unreadable files are skipped, and counted in one warning,
+    Files are listed in parallel and checked by TensorFlow in a parallel tf.data pass (see
+    `_decodable`), so unreadable files are skipped, and counted in one warning,
     before training without a file-by-file pre-pass; the verdicts are cached (see
     `FolderIndex`) and later commands check only new or changed files. Training reads files
     in a shuffled order and decodes them as it goes: memory stays bounded by the pipeline's
@@ -110,7 +110,9 @@ def folder(path, validation_fraction=0.2, seed=0, selection_fraction=0.0):
         paths = tf.data.Dataset.from_tensor_slices((files[index], labels[index]))
         if shuffle:  # file names are cheap to shuffle whole; decoded images are not
             paths = paths.shuffle(len(index), seed=seed, reshuffle_each_iteration=True)
-        return paths.map(lambda f, y: (_decode_file(f), y), num_parallel_calls=tf.data.AUTOTUNE)
+        images = paths.map(lambda f, y: (_decode_file(f), y), num_parallel_calls=tf.data.AUTOTUNE)
+        # A JPEG broken inside its pixel data passes the check: training steps over it.
+        return images.ignore_errors() if shuffle else images
 
     return Source(
         dataset(train, shuffle=True),
@@ -196,14 +198,17 @@ def _list_images(path, classes):
 
 
 def _decodable(files):
-    """Indices of `files` that TensorFlow's decoders read, checked in parallel (JPEGs decoded
-    at 1/8 scale: the whole entropy-coded stream is still read, so truncation shows)."""
+    """Indices of `files` that TensorFlow reads, checked in parallel. A JPEG whose markers are
+    whole (it starts with SOI, its header parses and it ends with EOI, which a truncated file
+    lacks) passes without decoding its pixels; any other file is decoded in full. A JPEG broken
+    only inside its entropy-coded data can pass; training then skips it (`_decode_file`)."""
 
     def check(i, file):
         data = tf.io.read_file(file)
+        whole_jpeg = tf.io.is_jpeg(data) & tf.equal(tf.strings.substr(data, -2, 2), b"\xff\xd9")
         rows = tf.cond(
-            tf.io.is_jpeg(data),
-            lambda: tf.shape(tf.io.decode_jpeg(data, channels=3, ratio=8))[0],
+            whole_jpeg,
+            lambda: tf.image.extract_jpeg_shape(data)[0],
             lambda: tf.shape(tf.io.decode_image(data, channels=3, expand_animations=False))[0],
         )
         return i, rows
