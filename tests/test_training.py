@@ -647,3 +647,25 @@ def test_cifar10_protocol_runs_with_mock_data(tmp_path, monkeypatch):
     assert stored["recipe"] == "finetune" and stored["steps"] == 5 and stored["model"]["crop_fraction"] == 1.0
     assert len((tmp_path / "run" / "log.csv").read_text().splitlines()) == 1 + 2  # 2 epochs of 3 steps
     assert result["num_examples"] > 0
+
+
+def test_scale_out_options_fail_with_one_line_where_they_cannot_work(tmp_path, capsys):
+    """Model parallel and several processes are JAX's; half the process flags, a model that
+    does not split, or a non-positive count are refused before any work."""
+    import keras
+
+    import keras_vit
+
+    run_dir = str(tmp_path / "r")
+    if keras.backend.backend() == "tensorflow":
+        assert main(["train", "--model-parallel", "2", "--epochs", "1", "--run-dir", run_dir]) == 2
+        assert "runs under the JAX backend" in capsys.readouterr().err
+    assert main(["train", "--num-processes", "2", "--epochs", "1", "--run-dir", run_dir]) == 2
+    assert "--num-processes, --process-id and --job-addresses go together" in capsys.readouterr().err
+    flags = ["--num-processes", "2", "--process-id", "2", "--job-addresses", "localhost:1"]
+    assert main(["train", *flags, "--epochs", "1", "--run-dir", run_dir]) == 2
+    assert "--process-id must be in 0..1" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="model_parallel must be a positive device count"):
+        TrainConfig(model_parallel=0)
+    with pytest.raises(ValueError, match="needs hidden_size divisible by 4; this model has hidden_size=30"):
+        keras_vit.distribution.check_model_parallel(keras_vit.ViTConfig(hidden_size=30, num_heads=3), 4)
