@@ -203,7 +203,10 @@ def _jax_placement(config):
         if len(devices) % ways:
             raise ValueError(f"--model-parallel {ways} needs a device count divisible by it; there are {len(devices)}.")
         if processes > 1:
-            raise ValueError("model parallel across several processes is not supported; use one process per host.")
+            raise ValueError(
+                "model parallel runs within one process (the devices of one host); drop --model-parallel "
+                "or --num-processes."
+            )
         mesh = keras.distribution.DeviceMesh((len(devices) // ways, ways), ("batch", "model"), devices)
         layout_map = ViT.get_layout_map(mesh, "model", "batch")
         keras.distribution.set_distribution(
