@@ -127,4 +127,9 @@ def test_the_command_lines_own_choice_lists_match_the_library():
     assert export_command._MODES == MODES == names.LITERT_MODES
     train = build_parser()._subparsers._group_actions[0].choices["train"]
     choices = {action.dest: tuple(action.choices) for action in train._actions if action.choices}
-    assert choices == {"recipe": config.RECIPES, "strategy": config.STRATEGIES, "precision": config.PRECISIONS}
+    assert choices == {
+        "recipe": config.RECIPES,
+        "protocol": config.PROTOCOLS,
+        "strategy": config.STRATEGIES,
+        "precision": config.PRECISIONS,
+    }
