@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import keras
 import numpy as np
@@ -21,6 +22,8 @@ import keras_vit
 
 pytestmark = pytest.mark.skipif(keras.backend.backend() != "jax", reason="Keras distribution API on JAX devices")
 
+# The console script installed beside this Python (CI runs without the environment on PATH).
+KERAS_VIT = str(Path(sys.executable).parent / "keras-vit")
 TINY = dict(image_size=16, patch_size=4, hidden_size=32, num_layers=2, num_heads=4, mlp_dim=64)
 
 
@@ -160,7 +163,7 @@ def _train(tmp_path, run_dir, devices, processes=1, extra=()):
     """Starts `keras-vit train` on `devices` virtual devices per process, `processes` processes."""
     config = tmp_path / "tiny.yaml"
     config.write_text(yaml.safe_dump({"model": TINY, "epochs": 2, "checkpoint_interval": 0}))
-    command = ["keras-vit", "train", "--config", str(config), "--run-dir", str(run_dir), *extra]
+    command = [KERAS_VIT, "train", "--config", str(config), "--run-dir", str(run_dir), *extra]
     if processes == 1:
         return [subprocess.Popen(command, env=_env(devices), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)]
     address = f"localhost:{_free_port()}"
