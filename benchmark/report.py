@@ -114,7 +114,12 @@ def chart(result, path):
         return None
     heights = [0.22 * len(bars) + 0.6 for _, _, bars in panels]
     fig, axes = plt.subplots(
-        len(panels), 1, figsize=(7, sum(heights) + 0.6), gridspec_kw={"height_ratios": heights}, squeeze=False
+        len(panels),
+        1,
+        figsize=(7, sum(heights) + 0.6),
+        gridspec_kw={"height_ratios": heights},
+        squeeze=False,
+        layout="constrained",  # keeps the title clear of the first panel
     )
     for ax, (case, unit, bars) in zip(axes[:, 0], panels):
         labels, values, rows = zip(*bars)
@@ -130,7 +135,6 @@ def chart(result, path):
     machine = result["machine"]
     gpu = (machine.get("accelerator") or {}).get("name")
     fig.suptitle(f"{gpu or machine['cpu']}, suite {result['suite']}, {result['backend']}, {result['date']}", fontsize=9)
-    fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -54,7 +54,7 @@ def keras_training(model, batch, steps_per_repeat, optimizer, jit_compile=True):
         ends = []
         timer = keras.callbacks.LambdaCallback(on_train_batch_end=lambda *_, **__: ends.append(time.perf_counter()))
         start = time.perf_counter()
-        run_fit(data, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=[timer])
+        run_fit(data, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=[timer], shuffle=False)
         return start, ends
 
     def measure():
