@@ -8,8 +8,10 @@ from keras_vit.names import AUGMENTS, DECAYS, PRECISIONS, PROTOCOLS, RECIPES, ST
 # The offline default: a 0.14M-parameter ViT on scikit-learn's digits upscaled to 24x24, 36 tokens
 # of 4x4 pixels (1.33 original pixels a side) pooled by their mean, evaluated and served resized
 # whole (crop_fraction 1: an 8x8 digit has no border to crop). Trained 100 epochs on seeds 0-4,
-# it got 6/4/5/3/1 of the 359 held-out images wrong, where 16 tokens of width 96 got 6/5/8/5
-# wrong on seeds 0-3 (2 Zen 4 cores; docs/training.md, "Data").
+# it got 6/4/5/3/1 of the 359 held-out images wrong in about 2 minutes (2 Zen 4 cores;
+# docs/training.md, "Data"). Alternatives on seeds 0-3: 16 tokens of width 96 got 6/5/8/5 wrong;
+# width 96 with 36 tokens got 4/2/1/2 but took 212 s, and lost that lead trained 60 epochs (6/6
+# on seeds 0-1) or at batch 64 (6 on seed 0, 146 s); 64 tokens (patch 3) got 6/3/4/0 in 168 s.
 DIGITS_MODEL = dict(
     image_size=24,
     patch_size=4,
