@@ -12,6 +12,10 @@ from keras_vit.benchmark import inference, litert, machine, models, pipeline, re
 torchvision_stub.install()  # before timm: see torchvision_stub.py
 
 TINY = dict(image_size=32, patch_size=8, hidden_size=64, num_layers=2, num_heads=4, mlp_dim=128, num_classes=10)
+# The suite's mechanics (narrowing, MFU) run uncompiled under PyTorch: torch.compile's CPU
+# build took about a minute per test there; test_inference_and_training_rows_on_a_tiny_model
+# keeps it.
+MECHANICS_COMPILERS = ("graph",) if keras.backend.backend() == "torch" else ("xla",)
 
 
 def test_forward_flops_match_published_counts():
@@ -157,11 +161,26 @@ def test_a_narrowed_run_says_what_it_ran(monkeypatch):
         "tiny-cpu",
         {
             "inference": [
-                dict(name="tiny a", model=TINY, batch=2, dtypes=suite.BOTH, timm_modes=("eager", "eager_bf16")),
+                dict(
+                    name="tiny a",
+                    model=TINY,
+                    batch=2,
+                    dtypes=suite.BOTH,
+                    timm_modes=("eager", "eager_bf16"),
+                    compilers=MECHANICS_COMPILERS,
+                ),
                 dict(name="tiny b", model=TINY, batch=2, dtypes=suite.BOTH),
             ],
             "training": [
-                dict(name="tiny a fit", model=TINY, batch=4, steps_per_repeat=1, dtypes=("float32",), timm_modes=())
+                dict(
+                    name="tiny a fit",
+                    model=TINY,
+                    batch=4,
+                    steps_per_repeat=1,
+                    dtypes=("float32",),
+                    timm_modes=(),
+                    compilers=MECHANICS_COMPILERS,
+                )
             ],
         },
     )
@@ -385,9 +404,26 @@ def test_gpu_rows_get_model_flops_utilisation(monkeypatch):
         suite.SUITES,
         "tiny-gpu",
         {
-            "inference": [dict(name="B/16-like tiny", model=TINY, batch=4, dtypes=("float32",), timm_modes=())],
+            "inference": [
+                dict(
+                    name="B/16-like tiny",
+                    model=TINY,
+                    batch=4,
+                    dtypes=("float32",),
+                    timm_modes=(),
+                    compilers=MECHANICS_COMPILERS,
+                )
+            ],
             "training": [
-                dict(name="tiny training", model=TINY, batch=4, steps_per_repeat=1, dtypes=("float32",), timm_modes=())
+                dict(
+                    name="tiny training",
+                    model=TINY,
+                    batch=4,
+                    steps_per_repeat=1,
+                    dtypes=("float32",),
+                    timm_modes=(),
+                    compilers=MECHANICS_COMPILERS,
+                )
             ],
         },
     )

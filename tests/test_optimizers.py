@@ -79,8 +79,19 @@ def _update_op_types(optimizer):
     return set(_update_ops(optimizer))
 
 
-@pytest.mark.parametrize("jit_compile", [False, True], ids=["graph", "xla"])
-@pytest.mark.parametrize("case", list(CASES))
+# Every case in graph mode (how `fit` runs on a TensorFlow CPU); under XLA (the digits default,
+# GPUs), the three cases that no recipe's defaults choose run with the slow tests.
+XLA_IN_SLOW = ("sgd-nesterov", "adamw-accumulated", "adamw-amsgrad")
+
+
+@pytest.mark.parametrize(
+    "case, jit_compile",
+    [pytest.param(case, False, id=f"{case}-graph") for case in CASES]
+    + [
+        pytest.param(case, True, id=f"{case}-xla", marks=[pytest.mark.slow] if case in XLA_IN_SLOW else [])
+        for case in CASES
+    ],
+)
 def test_fused_optimizer_trains_a_vit_exactly_as_keras_does(case, jit_compile):
     make, keras_cls, fused_cls, kernel = CASES[case]
     reference, fused = _trained(make(keras_cls), jit_compile), _trained(make(fused_cls), jit_compile)

@@ -9,9 +9,8 @@ from keras_vit.names import AUGMENTS, DECAYS, PRECISIONS, PROTOCOLS, RECIPES, ST
 # of 4x4 pixels (1.33 original pixels a side) pooled by their mean, evaluated and served resized
 # whole (crop_fraction 1: an 8x8 digit has no border to crop). Trained 100 epochs on seeds 0-4,
 # it got 6/4/5/3/1 of the 359 held-out images wrong in about 2 minutes (2 Zen 4 cores;
-# docs/training.md, "Data"). Alternatives on seeds 0-3: 16 tokens of width 96 got 6/5/8/5 wrong;
-# width 96 with 36 tokens got 4/2/1/2 but took 212 s, and lost that lead trained 60 epochs (6/6
-# on seeds 0-1) or at batch 64 (6 on seed 0, 146 s); 64 tokens (patch 3) got 6/3/4/0 in 168 s.
+# docs/training.md, "Data"). Width 96 (0.31M) was more accurate at 100 epochs but needs ~1.5x
+# the time; cut to fit 2 minutes (fewer epochs or tokens, batch 64, depth 3), it was not.
 DIGITS_MODEL = dict(
     image_size=24,
     patch_size=4,
