@@ -66,3 +66,43 @@ def test_import_asks_tensorflow_for_onednn(setting, enabled):
     )
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert out.split()[-2:] == [setting or "1", enabled]
+
+
+GROUPED_MODULE = """
+import os
+import pytest
+
+pytestmark = pytest.mark.xdist_group("shared")
+
+
+@pytest.fixture(scope="module")
+def shared():
+    with open("setups.txt", "a") as log:
+        log.write(os.environ["PYTEST_XDIST_WORKER"] + "\\n")
+
+
+@pytest.mark.parametrize("i", range(6))
+def test_grouped(shared, i):
+    pass
+"""
+
+
+def test_xdist_groups_keep_their_tests_on_one_worker(tmp_path):
+    """The suite's heavy module fixtures (a trained digits run, every export) are set up once
+    because `--dist loadgroup` sends an `xdist_group` to one worker: with pytest 9.2 and
+    pytest-xdist 3.8 it no longer did, and each worker trained and exported again."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    (tmp_path / "test_grouped.py").write_text(GROUPED_MODULE)
+    (tmp_path / "test_other.py").write_text(
+        "import pytest\n\n@pytest.mark.parametrize('i', range(12))\ndef test_other(i):\n    pass\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout[-2000:]
+    assert "18 passed" in result.stdout
+    assert len((tmp_path / "setups.txt").read_text().split()) == 1
