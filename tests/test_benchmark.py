@@ -18,6 +18,11 @@ TINY = dict(image_size=32, patch_size=8, hidden_size=64, num_layers=2, num_heads
 MECHANICS_COMPILERS = ("graph",) if keras.backend.backend() == "torch" else ("xla",)
 
 
+def mechanics_case(name, **fields):
+    """A TINY case of a test of the suite's mechanics, compiled as MECHANICS_COMPILERS says."""
+    return dict(name=name, model=TINY, compilers=MECHANICS_COMPILERS, **fields)
+
+
 def test_forward_flops_match_published_counts():
     # fvcore/timm report 17.6 GMACs for ViT-B/16 at 224 and 4.6 for ViT-S/16 (2 FLOPs per MAC).
     assert models.forward_flops(models.config_for("vit_b16")) / 2 == pytest.approx(17.56e9, rel=0.01)
@@ -161,27 +166,10 @@ def test_a_narrowed_run_says_what_it_ran(monkeypatch):
         "tiny-cpu",
         {
             "inference": [
-                dict(
-                    name="tiny a",
-                    model=TINY,
-                    batch=2,
-                    dtypes=suite.BOTH,
-                    timm_modes=("eager", "eager_bf16"),
-                    compilers=MECHANICS_COMPILERS,
-                ),
+                mechanics_case("tiny a", batch=2, dtypes=suite.BOTH, timm_modes=("eager", "eager_bf16")),
                 dict(name="tiny b", model=TINY, batch=2, dtypes=suite.BOTH),
             ],
-            "training": [
-                dict(
-                    name="tiny a fit",
-                    model=TINY,
-                    batch=4,
-                    steps_per_repeat=1,
-                    dtypes=("float32",),
-                    timm_modes=(),
-                    compilers=MECHANICS_COMPILERS,
-                )
-            ],
+            "training": [mechanics_case("tiny a fit", batch=4, steps_per_repeat=1, dtypes=("float32",), timm_modes=())],
         },
     )
     monkeypatch.setattr(machine, "torch_cpu_matmul_gflops", lambda: pytest.fail("no bf16 mode asked for"))
@@ -404,26 +392,9 @@ def test_gpu_rows_get_model_flops_utilisation(monkeypatch):
         suite.SUITES,
         "tiny-gpu",
         {
-            "inference": [
-                dict(
-                    name="B/16-like tiny",
-                    model=TINY,
-                    batch=4,
-                    dtypes=("float32",),
-                    timm_modes=(),
-                    compilers=MECHANICS_COMPILERS,
-                )
-            ],
+            "inference": [mechanics_case("B/16-like tiny", batch=4, dtypes=("float32",), timm_modes=())],
             "training": [
-                dict(
-                    name="tiny training",
-                    model=TINY,
-                    batch=4,
-                    steps_per_repeat=1,
-                    dtypes=("float32",),
-                    timm_modes=(),
-                    compilers=MECHANICS_COMPILERS,
-                )
+                mechanics_case("tiny training", batch=4, steps_per_repeat=1, dtypes=("float32",), timm_modes=())
             ],
         },
     )
