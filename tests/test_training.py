@@ -20,7 +20,7 @@ pytestmark = pytest.mark.tensorflow_only  # tf.data and tf.distribute
 tf = pytest.importorskip("tensorflow")
 
 from keras_vit.training import TrainConfig, TrainingError, datasets, fit, pipeline  # noqa: E402
-from keras_vit.training.recipes import WarmupDecay, peak_learning_rate  # noqa: E402
+from keras_vit.training.recipes import WarmupDecay, peak_learning_rate, steps_per_call  # noqa: E402
 from keras_vit.transform import ImageTransform  # noqa: E402
 from keras_vit_cli import main  # noqa: E402
 
@@ -39,6 +39,22 @@ def test_warmup_decay_schedule_and_lr_scaling():
     assert peak_learning_rate(c, 512) == pytest.approx(1e-3 / 8)
     f = TrainConfig(dataset="x", recipe="finetune").resolved()
     assert (f.base_batch_size, f.clip_norm, f.weight_decay) == (512, 1.0, 0.0)
+
+
+def test_steps_per_call_divides_the_epoch_so_each_epoch_trains_its_own_steps():
+    """Keras runs whole calls of `steps_per_execution` steps on a repeated dataset: the call
+    size a run chooses must divide the epoch, or every epoch trains past its schedule."""
+    assert [steps_per_call(None, n, fused=True) for n in (44, 40, 43, 12)] == [11, 10, 1, 12]
+    assert steps_per_call(None, 44, fused=False) == 1 and steps_per_call(4, 44, fused=True) == 4
+    with pytest.raises(ValueError, match=r"would train 48 per epoch; choose one of 1, 2, 4, 11, 22, 44\."):
+        steps_per_call(8, 44, fused=True)
+    import keras
+
+    data = tf.data.Dataset.from_tensor_slices((np.ones((64, 3), "float32"), np.ones((64, 1), "float32")))
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse", steps_per_execution=steps_per_call(None, 44, fused=True), jit_compile=True)
+    model.fit(data.batch(1).repeat(), steps_per_epoch=44, epochs=2, shuffle=False, verbose=0)
+    assert int(model.optimizer.iterations.numpy()) == 2 * 44
 
 
 def test_pipeline_is_deterministic_and_shapes(tmp_path):
@@ -239,6 +255,7 @@ def test_tfds_offline_and_unknown_fail_fast(monkeypatch, tmp_path):
         (["--dataset", "/no/such/folder"], "unknown dataset '/no/such/folder'"),
         (["--dataset", "tfds:imagenett"], "did you mean tfds:imagenette"),
         (["--selection-fraction", "1"], "selection_fraction must be in [0, 1); got 1.0"),
+        (["--steps-per-execution", "8"], "steps_per_execution 8 does not divide the 44 steps of an epoch"),
         (
             ["--recipe", "pretrain", "--preset", "vit_ti16", "--image-size", "230", "--dataset", "digits"],
             "image height 230 is not divisible by patch size 16",

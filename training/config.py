@@ -69,7 +69,7 @@ class TrainConfig:
     model_parallel: int = 1  # JAX: devices per model replica (Megatron-style split of the blocks)
     precision: str = "float32"
     # XLA and steps per compiled call; None: XLA on GPUs, TPUs and JAX, off on TensorFlow CPUs
-    # (see strategy.py), one step per call, except for digits on one device: XLA, 8 steps per call.
+    # (see strategy.py), one step per call, except for digits on one device: XLA, several steps per call.
     jit_compile: bool | None = None
     steps_per_execution: int | None = None
     checkpoint_interval: float = 30.0  # seconds between last.keras/backup saves (0: every epoch); last epoch saved

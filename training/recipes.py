@@ -100,6 +100,25 @@ def schedule(config, num_train, global_batch):
     return math.ceil(config.steps / epochs), epochs
 
 
+def steps_per_call(requested, steps_per_epoch, fused):
+    """Training steps per compiled call (Keras's `steps_per_execution`), a divisor of
+    `steps_per_epoch`: Keras runs whole calls, so on a repeated dataset a call size that did not
+    divide the epoch would train past every epoch's end (44 steps in calls of 8: 48) and past
+    the schedule's end at learning rate 0. `requested`: the user's choice, refused with the
+    divisors when it does not divide. `fused`: where many steps per call pay off (the small
+    digits model); the largest divisor up to 16 then, else 1."""
+    if requested is None:
+        return max(d for d in range(1, 17) if steps_per_epoch % d == 0) if fused else 1
+    if steps_per_epoch % requested:
+        divisors = [d for d in range(1, steps_per_epoch + 1) if steps_per_epoch % d == 0]
+        raise ValueError(
+            f"steps_per_execution {requested} does not divide the {steps_per_epoch} steps of an epoch, so "
+            f"Keras would train {math.ceil(steps_per_epoch / requested) * requested} per epoch; choose one of "
+            f"{', '.join(map(str, divisors))}."
+        )
+    return requested
+
+
 def peak_learning_rate(config, global_batch):
     """`learning_rate` scaled linearly from `base_batch_size` to the global batch."""
     return config.learning_rate * global_batch / config.base_batch_size

@@ -46,11 +46,12 @@ def fit(config, overwrite=False, verbose="auto"):
     backup_dir = run_dir / "backup" if chief else run_dir / f"worker_{placement.task_index}" / "backup"
     if chief:
         (run_dir / LABELS_FILE).write_text("\n".join(source.class_names) + "\n")
-    # The small digits model on one device runs fastest under XLA, 8 steps per call (Keras's
+    # The small digits model on one device runs fastest under XLA, many steps per call (Keras's
     # multi-step loop fails under tf.distribute's Mirrored strategies; under PyTorch it takes one
     # step per call and jit_compile means torch.compile).
     small = c.is_digits and placement.replicas == 1 and placement.supports_jit and keras.backend.backend() != "torch"
     jit_compile = (placement.prefers_jit or small) if c.jit_compile is None else c.jit_compile
+    steps_per_call = recipes.steps_per_call(c.steps_per_execution, steps_per_epoch, small)
     with placement.scope():
         model = _build_model(c, len(source.class_names))
         model.compile(
@@ -61,7 +62,7 @@ def fit(config, overwrite=False, verbose="auto"):
                 keras.metrics.TopKCategoricalAccuracy(5, name="top5"),
             ],
             jit_compile=jit_compile and placement.supports_jit,
-            steps_per_execution=c.steps_per_execution or (8 if small else 1),
+            steps_per_execution=steps_per_call,
         )
         # Optimizer slots created now, not inside the first traced step: that step is then
         # traced once instead of twice (ViT-Ti/16 on 2 CPU cores: first step 18 s -> 9 s).
