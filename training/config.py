@@ -8,9 +8,10 @@ from keras_vit.names import AUGMENTS, DECAYS, PRECISIONS, PROTOCOLS, RECIPES, ST
 # The offline default: a 0.14M-parameter ViT on scikit-learn's digits upscaled to 24x24, 36 tokens
 # of 4x4 pixels (1.33 original pixels a side) pooled by their mean, evaluated and served resized
 # whole (crop_fraction 1: an 8x8 digit has no border to crop). Trained 100 epochs on seeds 0-4,
-# it got 6/4/5/3/1 of the 359 held-out images wrong in about 2 minutes (2 Zen 4 cores;
-# docs/training.md, "Data"). Width 96 (0.31M) was more accurate at 100 epochs but needs ~1.5x
-# the time; cut to fit 2 minutes (fewer epochs or tokens, batch 64, depth 3), it was not.
+# it got 6/4/5/3/1 of the 359 held-out images wrong in about 110 s (2 Zen 4 cores;
+# docs/training.md, "Data"). Width 96 (0.31M) was more accurate, 4/2/1/2/2 in ~150 s; at 85
+# epochs it got 3/3/4/2/4 in 134-157 s, too close to the 150-s budget; cut further (fewer
+# epochs or tokens, batch 64, depth 3, 2 heads, PatchDropout) it was not.
 DIGITS_MODEL = dict(
     image_size=24,
     patch_size=4,
