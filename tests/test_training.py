@@ -268,6 +268,14 @@ def test_train_bad_input_one_line(argv, message, tmp_path, capsys):
     assert len(err) == 1 and message in err[0]
 
 
+def test_a_run_stopped_by_bad_input_does_not_hold_its_directory(tmp_path):
+    config = TrainConfig(run_dir=str(tmp_path / "run"), model=SMALL_MODEL, epochs=1)
+    with pytest.raises(ValueError, match="does not divide"):
+        fit(dataclasses.replace(config, steps_per_execution=8), verbose=0)
+    assert not (tmp_path / "run" / "config.yaml").exists()
+    assert fit(config, verbose=0)["num_examples"] == 359  # the corrected command trains there
+
+
 def test_empty_folder_and_foreign_run_dir(tmp_path, capsys):
     (tmp_path / "empty" / "a").mkdir(parents=True)
     assert main(["train", "--dataset", str(tmp_path / "empty"), "--run-dir", str(tmp_path / "r")]) == 2
@@ -287,10 +295,13 @@ def test_run_resumes_with_execution_settings_changed(tmp_path, caplog):
     run_dir = tmp_path / "run"
     config = TrainConfig(run_dir=str(run_dir), model=SMALL_MODEL, epochs=1, jit_compile=False).resolved()
     run._prepare_run_dir(config, overwrite=False)
+    run._store_config(config)
     (run_dir / "backup").mkdir()
     (run_dir / "backup" / "state").write_text("an interrupted run's state")
     caplog.set_level(logging.INFO, logger="keras_vit")
-    run._prepare_run_dir(dataclasses.replace(config, jit_compile=True, steps_per_execution=2), overwrite=False)
+    resumed = dataclasses.replace(config, jit_compile=True, steps_per_execution=2)
+    run._prepare_run_dir(resumed, overwrite=False)
+    run._store_config(resumed)
     assert "resumes with jit_compile: False there, True now, steps_per_execution: None there, 2 now" in caplog.text
     assert (run_dir / "backup" / "state").exists() and "jit_compile: true" in (run_dir / "config.yaml").read_text()
     with pytest.raises(ValueError, match=r"different config \(epochs: 1 there, 2 now\); pass --overwrite"):

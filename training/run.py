@@ -107,6 +107,7 @@ def fit(config, overwrite=False, verbose="auto"):
         global_batch,
         "XLA" if model.jit_compile else "graph mode (no XLA)",
     )
+    _store_config(c)
     # shuffle=False: the pipeline shuffles itself (Keras warns that it ignores shuffle=True).
     model.fit(
         train,
@@ -237,7 +238,7 @@ EXECUTION_FIELDS = ("jit_compile", "steps_per_execution", "checkpoint_interval")
 
 def _prepare_run_dir(c, overwrite):
     """Creates the run directory, or checks that an existing one belongs to this config (only
-    `EXECUTION_FIELDS` may differ; the stored config then takes the new values)."""
+    `EXECUTION_FIELDS` may differ; `_store_config` then writes the new values)."""
     run_dir = Path(c.run_dir)
     stored = run_dir / CONFIG_FILE
     text = yaml.safe_dump(c.to_dict(), sort_keys=True)
@@ -259,8 +260,13 @@ def _prepare_run_dir(c, overwrite):
                     os.unlink(run_dir / name)
             shutil.rmtree(run_dir / "backup", ignore_errors=True)
     run_dir.mkdir(parents=True, exist_ok=True)
-    stored.write_text(text)
     return run_dir
+
+
+def _store_config(c):
+    """Writes the run's `config.yaml`: once the run is about to train, so a command stopped by
+    bad input leaves no config that would refuse the corrected command."""
+    (Path(c.run_dir) / CONFIG_FILE).write_text(yaml.safe_dump(c.to_dict(), sort_keys=True))
 
 
 def _changes(fields, before, after, shown=4):
