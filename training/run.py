@@ -241,7 +241,7 @@ def _prepare_run_dir(c, overwrite):
     `EXECUTION_FIELDS` may differ; `_store_config` then writes the new values)."""
     run_dir = Path(c.run_dir)
     stored = run_dir / CONFIG_FILE
-    text = yaml.safe_dump(c.to_dict(), sort_keys=True)
+    text = _config_text(c)
     stored_text = stored.read_text() if stored.is_file() else text
     if stored_text != text:
         before, after = yaml.safe_load(stored_text) or {}, yaml.safe_load(text)
@@ -266,7 +266,11 @@ def _prepare_run_dir(c, overwrite):
 def _store_config(c):
     """Writes the run's `config.yaml`: once the run is about to train, so a command stopped by
     bad input leaves no config that would refuse the corrected command."""
-    (Path(c.run_dir) / CONFIG_FILE).write_text(yaml.safe_dump(c.to_dict(), sort_keys=True))
+    (Path(c.run_dir) / CONFIG_FILE).write_text(_config_text(c))
+
+
+def _config_text(c):
+    return yaml.safe_dump(c.to_dict(), sort_keys=True)
 
 
 def _changes(fields, before, after, shown=4):
