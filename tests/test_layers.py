@@ -129,3 +129,23 @@ def test_layer(name, tmp_path):
     assert keras.backend.standardize_dtype(out.dtype) == "bfloat16"
     tolerance = 0.05 * max(1.0, float(np.abs(expected).max()))
     np.testing.assert_allclose(_numpy(out), expected, atol=tolerance)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "mixed_bfloat16"])
+def test_layer_normalization_equals_keras_on_every_backend(dtype):
+    """The centred form (TensorFlow) and Keras's kernel (JAX, PyTorch) give Keras's outputs, on
+    tokens whose mean is far from zero; half precision is normalised in float32 either way."""
+    rng = np.random.default_rng(0)
+    x = (3.0 + 0.5 * rng.standard_normal((4, 5, 64))).astype("float32")
+    ours = layers.LayerNormalization(epsilon=1e-6, dtype=dtype)
+    reference = keras.layers.LayerNormalization(epsilon=1e-6, dtype=dtype)
+    weights = [rng.standard_normal(64).astype("float32") for _ in range(2)]  # gamma, beta
+    for layer in (ours, reference):
+        layer.build(x.shape)
+        layer.set_weights(weights)
+    y, expected = ours(x), reference(x)
+    assert keras.backend.standardize_dtype(y.dtype) == ours.compute_dtype
+    y, expected = (keras.ops.convert_to_numpy(keras.ops.cast(t, "float32")) for t in (y, expected))
+    tolerance = 1e-5 if dtype == "float32" else 2e-2  # bf16 outputs: one rounding of values up to ~4
+    np.testing.assert_allclose(y, expected, atol=tolerance)
+    assert np.abs(y).max() > 1.0  # not all zeros

@@ -1,4 +1,4 @@
-"""Layer normalisation written as `(x - mean) * rsqrt(var + eps)`, the form that quantises."""
+"""Layer normalisation; on TensorFlow written as `(x - mean) * rsqrt(var + eps)`, the form that quantises."""
 
 import keras
 from keras import ops
@@ -19,17 +19,20 @@ def centred_normalize(x, axis, epsilon):
 @keras.saving.register_keras_serializable(package="keras_vit")
 class LayerNormalization(keras.layers.LayerNormalization):
     """`keras.layers.LayerNormalization` (same weights, config and outputs to float rounding)
-    computed from the centred input.
+    computed from the centred input on TensorFlow.
 
-    Keras's TensorFlow kernel folds the mean into the offset (`x * s + (beta - mean * s)`),
-    which the TFLite converter lowers to a float `NEG` that full-integer int8 and int16x8
-    quantisation cannot convert. Centring first maps onto quantisable builtin ops only.
-    Half-precision inputs are normalised in float32, as Keras does. The class keeps Keras's
-    name so `.keras` files store its weights under the same key either way.
+    Keras's kernel folds the mean into the offset (`x * s + (beta - mean * s)`), which the
+    TFLite converter lowers to a float `NEG` that full-integer int8 and int16x8 quantisation
+    cannot convert; on TensorFlow, where models are exported, centring first maps onto
+    quantisable builtin ops only. On JAX and PyTorch the layer runs Keras's kernel (PyTorch's
+    fused `layer_norm`; on JAX XLA's reduction fusions, which ran ViT-S/16 bfloat16 inference
+    7% faster than the centred form's on an H200, docs/benchmarks.md). Half-precision inputs
+    are normalised in float32 either way. The class keeps Keras's name so `.keras` files store
+    its weights under the same key.
     """
 
     def call(self, inputs):
-        if self.rms_scaling:
+        if self.rms_scaling or keras.backend.backend() != "tensorflow":
             return super().call(inputs)
         y = centred_normalize(inputs, self.axis, self.epsilon)
         if self.scale:
