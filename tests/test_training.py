@@ -583,7 +583,7 @@ def test_resumed_run_keeps_the_best_epoch_of_before_the_interruption(tmp_path):
 
 def test_dataset_defaults_fill_only_unset_options():
     digits = TrainConfig().resolved()
-    assert (digits.flip, digits.augment, digits.label_smoothing, digits.epochs) == (False, "affine", 0.1, 100)
+    assert (digits.flip, digits.augment, digits.label_smoothing, digits.epochs) == (False, "affine", 0.1, 130)
     mine = TrainConfig(flip=True, augment="inception", label_smoothing=0.0, epochs=3).resolved()
     assert (mine.flip, mine.augment, mine.label_smoothing, mine.epochs) == (True, "inception", 0.0, 3)
     other = TrainConfig(dataset="tfds:cifar10").resolved()
