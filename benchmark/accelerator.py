@@ -1,6 +1,6 @@
 """The GPU a benchmark runs on, if any: the torch device timm runs on, the synchronisation
-its timings need, and the GPU's measured bfloat16 matmul rate (the peak that model-FLOPs
-utilisation is counted against)."""
+its timings need, and the GPU's measured bfloat16 matmul rate and datasheet peak (what
+model-FLOPs utilisation is counted against)."""
 
 import os
 import time
@@ -32,10 +32,28 @@ def synchronize(device):
         torch.cuda.synchronize()
 
 
+# Dense bfloat16 tensor-core peaks from NVIDIA's datasheets (TFLOP/s, without sparsity), by a
+# part of the device name; the first match counts. MFU is usually quoted against these.
+DATASHEET_BF16_TFLOPS = (
+    ("H200 NVL", 835.0),
+    ("H200", 989.0),
+    ("H100 NVL", 835.0),
+    ("H100 PCIe", 756.0),
+    ("H100", 989.0),
+    ("A100", 312.0),
+)
+
+
+def datasheet_bf16_tflops(name):
+    """The datasheet's dense bf16 peak of the GPU called `name`, or None for one not listed."""
+    return next((peak for part, peak in DATASHEET_BF16_TFLOPS if part in name), None)
+
+
 def describe(backend, size=8192, rounds=5, per_round=20):
-    """{name, bf16_matmul_tflops} of the GPU the Keras `backend` runs on ("jax" or "torch"),
-    the rate of `size`-cubed bfloat16 matmuls (the best of `rounds` rounds of `per_round`,
-    after a warm-up that brings the clocks up); None on a CPU or another backend."""
+    """{name, bf16_matmul_tflops, datasheet_bf16_tflops} of the GPU the Keras `backend` runs on
+    ("jax" or "torch"): the rate of `size`-cubed bfloat16 matmuls (the best of `rounds` rounds
+    of `per_round`, after a warm-up that brings the clocks up) and the datasheet's peak (None
+    for a GPU not in `DATASHEET_BF16_TFLOPS`); None on a CPU or another backend."""
     if backend == "jax":
         import jax
         import jax.numpy as jnp
@@ -70,4 +88,8 @@ def describe(backend, size=8192, rounds=5, per_round=20):
         start = time.perf_counter()
         run(per_round)
         best = min(best, time.perf_counter() - start)
-    return dict(name=name, bf16_matmul_tflops=2 * size**3 * per_round / best / 1e12)
+    return dict(
+        name=name,
+        bf16_matmul_tflops=2 * size**3 * per_round / best / 1e12,
+        datasheet_bf16_tflops=datasheet_bf16_tflops(name),
+    )

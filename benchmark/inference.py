@@ -60,9 +60,9 @@ def keras_forward(model, compiler, batch):
 
 def _stateless_forward(model, batch):
     """`jax.jit` of `model.stateless_call` with the weights as arguments: how a JAX program
-    serves a Keras model. Keras's `predict_on_batch` also reads every variable and writes each
-    back on every call, which cost 2.0-2.7 ms per call on the H100 machine's host (ViT-S/16,
-    docs/benchmarks.md)."""
+    serves a Keras model, the logits left on the device. `predict_on_batch` adds a walk over the
+    weights and the logits' copy to the host (keras-hub's, Keras's own, also a read and a write
+    back of every variable: 2.0-2.7 ms per call on the H100 machine's host; docs/benchmarks.md)."""
     import keras
 
     if keras.backend.backend() != "jax":

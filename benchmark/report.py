@@ -18,6 +18,7 @@ _COLUMNS = {
         ("max logit error", "max_logit_error", "{:.3f}"),
         ("top-2 gap < 2x error", "near_ties", "{:.3f}"),
         ("MFU", "mfu", "{:.1%}"),
+        ("MFU of datasheet", "mfu_datasheet", "{:.1%}"),
     ),
     "training": (
         ("images/s", "images_per_s", "{:.2f}"),
@@ -26,6 +27,7 @@ _COLUMNS = {
         *_PEAK,
         ("first step s", "first_step_s", "{:.1f}"),
         ("MFU", "mfu", "{:.1%}"),
+        ("MFU of datasheet", "mfu_datasheet", "{:.1%}"),
         ("optimizer", "optimizer", "{}"),
     ),
     "litert": (
@@ -69,8 +71,11 @@ def markdown(result):
     if gpu:
         lines[2] += (
             f" GPU: {gpu['name']}, measured bf16 matmul {gpu['bf16_matmul_tflops']:.0f} TFLOP/s "
-            "(MFU: model FLOP/s over it)."
+            "(MFU: model FLOP/s over it)"
         )
+        if gpu.get("datasheet_bf16_tflops"):
+            lines[2] += f"; datasheet dense bf16 {gpu['datasheet_bf16_tflops']:.0f} TFLOP/s (MFU of datasheet)"
+        lines[2] += "."
     for kind, rows in result["results"].items():
         columns = [c for c in _COLUMNS[kind] if any(row.get(c[1]) is not None for row in rows)]
         lines += [

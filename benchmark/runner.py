@@ -67,9 +67,12 @@ def run_suite(
             if "timm_modes" in case:
                 case = {**case, "timm_modes": tuple(m for m in case["timm_modes"] if timm_modes(m))}
             rows += module.run_case(case, tuple(against), repeats, log, **extra)
-        if info["accelerator"]:  # model-FLOPs utilisation, against the GPU's measured bf16 matmul rate
+        gpu = info["accelerator"]
+        if gpu:  # model-FLOPs utilisation, against the measured bf16 matmul rate and the datasheet's
             for row in rows:
-                row["mfu"] = row["gflops_per_s"] / 1e3 / info["accelerator"]["bf16_matmul_tflops"]
+                row["mfu"] = row["gflops_per_s"] / 1e3 / gpu["bf16_matmul_tflops"]
+                if gpu.get("datasheet_bf16_tflops"):
+                    row["mfu_datasheet"] = row["gflops_per_s"] / 1e3 / gpu["datasheet_bf16_tflops"]
         result["results"][kind] = rows
     cpu_peak = None if info["accelerator"] else info["fp32_fma_peak_gflops"]  # the rows ran on the GPU
     result["targets"] = suite.targets(result["results"], name, cpu_peak)

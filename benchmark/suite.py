@@ -172,11 +172,13 @@ def mode_label(row):
     return f"{row['mode']}, {row['compiler']}" if row.get("compiler") else row["mode"]
 
 
-def _rate(rows, case, implementation, mode=None, key="images_per_s"):
+def _rate(rows, case, implementation, mode=None, key="images_per_s", bf16_only=False):
     """Best `key` of `implementation` on `case` in `mode` (timm: its float32 modes, not "*_bf16"),
-    or in its best mode."""
+    or in its best mode (`bf16_only`: of timm's "*_bf16" modes)."""
 
     def matches(r):
+        if bf16_only:
+            return r["mode"].endswith("bf16")
         if mode is None:
             return True
         if r["implementation"] == "timm" and mode == "float32":
@@ -189,6 +191,15 @@ def _rate(rows, case, implementation, mode=None, key="images_per_s"):
         if r["case"] == case and r["implementation"] == implementation and matches(r) and r.get(key) is not None
     ]
     return max(rates) if rates else None
+
+
+def _against_timm_bf16(check, rows, case):
+    """Each keras_vit bfloat16 row of `case` (one per compiler: the path a user takes is a row
+    of its own) against timm's best bf16 mode (autocast, eager or torch.compile): >= 1.1x."""
+    timm = _rate(rows, case, "timm", key="images_per_s", bf16_only=True)
+    for r in rows:
+        if r["case"] == case and r["implementation"] == "keras_vit" and r["mode"] == "mixed_bfloat16" and timm:
+            check(f"{case}: {mode_label(r)} vs timm's best bf16", r["images_per_s"] / timm, 1.1)
 
 
 def targets(results, suite, peak_gflops):
@@ -220,6 +231,7 @@ def targets(results, suite, peak_gflops):
             if r["case"] == name and "agreement_with_float32" in r:
                 mode = mode_label(r)
                 check(f"{name}: {mode} top-1 agreement with float32", r["agreement_with_float32"], 0.99)
+        _against_timm_bf16(check, inference, name)
         if "B/16" in name:  # against the peak probed in the same rounds (older results: the suite's)
             share = _rate(inference, name, "keras_vit", "float32", key="peak_share")
             if share is None and peak_gflops:
@@ -234,6 +246,7 @@ def targets(results, suite, peak_gflops):
             ratio(_rate(training, name, "keras_vit", "mixed_bfloat16"), hub),
             1.6,
         )
+        _against_timm_bf16(check, training, name)
         if "Ti/16" in name:
             for r in training:
                 if r["case"] == name and r["implementation"] == "keras_vit":

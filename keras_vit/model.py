@@ -3,7 +3,7 @@
 import keras
 import numpy as np
 
-from keras_vit import distribution, presets
+from keras_vit import distribution, jax_predict, presets
 from keras_vit import layers as vit_layers
 from keras_vit.config import ViTConfig
 from keras_vit.transform import ImageTransform
@@ -44,6 +44,7 @@ class ViT(keras.Model):
         self.config = config
         self._parts = parts
         self._attention_model = None
+        self._stateless_predict = None
 
     # Checked in both: `__call__` runs before Keras's own input-spec check, and `call` is
     # what stateless (JAX) execution reaches without `__call__`.
@@ -54,6 +55,16 @@ class ViT(keras.Model):
     def call(self, inputs, training=None, mask=None):
         _check_images(getattr(inputs, "shape", None), self.config)
         return super().call(inputs, training=training, mask=mask)
+
+    def predict_on_batch(self, x):
+        """Logits of one batch as NumPy. On the JAX backend this runs a jitted stateless call
+        with the weights as arguments (`keras_vit.jax_predict`): the same numbers as Keras's
+        `predict_on_batch` without its per-call variable reads and write-backs."""
+        if not jax_predict.applies(self, x):
+            return super().predict_on_batch(x)
+        if self._stateless_predict is None:
+            self._stateless_predict = jax_predict.StatelessPredict(self)
+        return self._stateless_predict(x)
 
     @classmethod
     def from_preset(cls, name, weights=None, dtype=None, **overrides):

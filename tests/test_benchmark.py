@@ -59,6 +59,8 @@ def test_targets_are_ratios_of_the_rows():
             row("Ti/16 training b32", "keras_vit", "float32", 20.0, first_step_s=12.0, compiler="xla"),
             row("Ti/16 training b32", "keras_vit", "mixed_bfloat16", 28.0, first_step_s=8.0, compiler="graph"),
             row("Ti/16 training b32", "keras-hub", "float32", 17.5),
+            row("Ti/16 training b32", "timm", "eager_bf16", 20.0),
+            row("Ti/16 training b32", "timm", "eager", 25.0),  # float32: not a bf16 competitor
         ],
         "litert": [
             dict(case="S/16 LiteRT b1", mode="float32", latency_ms=50.0),
@@ -75,6 +77,10 @@ def test_targets_are_ratios_of_the_rows():
         0.995,
         True,
     )  # timm bf16 left out
+    # each keras_vit bf16 row against timm's best bf16 mode
+    assert found["S/16 inference b32: mixed_bfloat16 vs timm's best bf16"] == (0.75, False)
+    assert found["Ti/16 training b32: mixed_bfloat16, graph vs timm's best bf16"] == (1.4, True)
+    assert "Ti/16 training b32: float32, xla vs timm's best bf16" not in found
     assert found["Ti/16 training b32: mixed_bfloat16 vs keras-hub float32"] == (1.6, True)
     assert found["Ti/16 training b32: first step seconds (float32, xla)"] == (12.0, False)
     assert found["Ti/16 training b32: first step seconds (mixed_bfloat16, graph)"] == (8.0, True)
@@ -398,13 +404,24 @@ def test_gpu_rows_get_model_flops_utilisation(monkeypatch):
             ],
         },
     )
-    monkeypatch.setattr(accelerator, "describe", lambda backend: dict(name="Fake GPU", bf16_matmul_tflops=0.5))
+    gpu = dict(name="Fake GPU", bf16_matmul_tflops=0.5, datasheet_bf16_tflops=2.0)
+    monkeypatch.setattr(accelerator, "describe", lambda backend: gpu)
     result = runner.run_suite("tiny-gpu", against=(), kinds=("inference", "training"), repeats=5, log=lambda row: None)
     rows = result["results"]["inference"] + result["results"]["training"]
     assert [r["mfu"] for r in rows] == [pytest.approx(r["gflops_per_s"] / 500.0) for r in rows]
+    assert [r["mfu_datasheet"] for r in rows] == [pytest.approx(r["gflops_per_s"] / 2000.0) for r in rows]
     assert not [t for t in result["targets"] if "FMA peak" in t["target"]]
     text = report.markdown(result)
-    assert "GPU: Fake GPU, measured bf16 matmul 0 TFLOP/s" in text and "| MFU |" in text
+    assert "GPU: Fake GPU, measured bf16 matmul 0 TFLOP/s" in text and "| MFU | MFU of datasheet |" in text
+    assert "datasheet dense bf16 2 TFLOP/s" in text
+
+
+def test_datasheet_peaks_by_gpu_name():
+    from keras_vit.benchmark.accelerator import datasheet_bf16_tflops
+
+    assert datasheet_bf16_tflops("NVIDIA H200") == datasheet_bf16_tflops("NVIDIA H100 80GB HBM3") == 989.0
+    assert datasheet_bf16_tflops("NVIDIA H200 NVL") == 835.0 and datasheet_bf16_tflops("NVIDIA H100 PCIe") == 756.0
+    assert datasheet_bf16_tflops("Tesla T4") is None  # not listed: no datasheet MFU, not a guess
 
 
 @pytest.mark.parametrize("bf16_gflops, kept", [(1.2, ["eager"]), (90.0, ["eager", "eager_bf16"])])

@@ -268,6 +268,37 @@ def test_model_trains_with_fit():
     assert model.evaluate(x, y, verbose=0) < before
 
 
+@pytest.mark.skipif(keras.backend.backend() != "jax", reason="the stateless predict_on_batch is JAX's")
+@pytest.mark.filterwarnings("ignore:Layer .* does not have a `quantize` method")
+@pytest.mark.parametrize("dtype", ["float32", "mixed_bfloat16"])
+def test_jax_predict_on_batch_is_stateless_and_gives_keras_numbers(dtype):
+    """On JAX `ViT.predict_on_batch` skips Keras's per-call state round trip: same logits as
+    Keras's own `predict_on_batch`, following new weight values and new weight variables
+    (`quantize`), and Keras's path where the user switched XLA off."""
+    model = perturb(keras_vit.ViT(tiny_config(), dtype=dtype))
+    x = images(3)
+    tolerance = dict(rtol=1e-5, atol=1e-5) if dtype == "float32" else dict(rtol=1e-2, atol=1e-2)
+
+    def check(moved_from=None):
+        logits = model.predict_on_batch(x)
+        assert isinstance(logits, np.ndarray) and logits.dtype == np.float32 and logits.flags.writeable
+        np.testing.assert_allclose(logits, keras.Model.predict_on_batch(model, x), **tolerance)
+        if moved_from is not None:  # the change reached the logits, far beyond the tolerance
+            assert np.abs(logits - moved_from).max() > 0.1
+        return logits
+
+    first = check()
+    assert model._stateless_predict is not None and model._stateless_predict.key is not None
+    perturb(model, seed=1, scale=0.5)
+    second = check(moved_from=first)
+    model.quantize("int8")
+    check(moved_from=second)
+    model.compile(jit_compile=False)
+    model._stateless_predict = None
+    check()
+    assert model._stateless_predict is None
+
+
 def test_feature_model_gives_maps_and_the_pooled_embedding_for_downstream_heads(tmp_path):
     """`feature_model`: chosen blocks' patch tokens as (batch, rows, cols, D) maps and the pooled
     embedding (what a headless model returns); it round-trips through .keras, trains the
