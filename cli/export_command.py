@@ -1,5 +1,7 @@
 """`keras-vit export`: SavedModel for TF Serving and LiteRT files, checked and reported."""
 
+import argparse
+
 from keras_vit_cli.names import names
 
 _MODES = names.LITERT_MODES
@@ -11,8 +13,9 @@ def add_parser(subparsers):
         help="export a trained model for TF Serving (SavedModel) and devices (LiteRT/TFLite)",
         description="Export a `keras-vit train` run directory (its best checkpoint, labels and data) or a .keras "
         "file. --saved-model writes DIR/NAME/VERSION/ for TF Serving (signatures serving_default on float pixels "
-        "and serve_image_bytes on encoded JPEG/PNG, warm-up requests, models.config); with --freeze its weights are "
-        "graph constants, which TensorFlow runs faster on CPU. --tflite writes "
+        "and serve_image_bytes on encoded JPEG/PNG, warm-up requests, models.config), in float32 or, with "
+        "--saved-model-precision bfloat16, with bf16 matmuls for CPUs that have them; frozen (--freeze, the "
+        "default for bfloat16) its weights are graph constants, which TensorFlow runs faster on CPU. --tflite writes "
         "NAME_MODE.tflite files with label metadata (MediaPipe-ready), builtin ops only. Every artifact is run on "
         "the held-out images; the report (export_report.json/.md) gives size, top-1, agreement with the Keras "
         f"model and batch-1 latency; export_config.yaml beside it records the options. Quantisation modes: "
@@ -38,11 +41,17 @@ def add_parser(subparsers):
     )
     parser.add_argument("--name", help="model name: TF Serving folder and .tflite prefix (vit)")
     parser.add_argument(
+        "--saved-model-precision",
+        choices=tuple(names.SAVED_MODEL_PRECISIONS),
+        help="float32, or bfloat16 (bf16 matmuls, float32 logits) for CPUs with AVX512_BF16 or AMX "
+        "(default: the model's own)",
+    )
+    parser.add_argument(
         "--freeze",
-        action="store_true",
-        default=None,
+        action=argparse.BooleanOptionalAction,
         help="SavedModel with the weights as graph constants: faster on CPU (weight casts folded, "
-        "matmuls on constant weights), graphs up to 2 GiB",
+        "bfloat16 weights stored in bf16, matmuls on constant weights), graphs up to 2 GiB "
+        "(default: frozen for bfloat16 only)",
     )
     parser.add_argument("--version", type=int, help="TF Serving version (default: the next free number)")
     parser.add_argument(
@@ -68,6 +77,7 @@ _FIELDS = {
     "quantize": "modes",
     "io_type": "io_type",
     "name": "name",
+    "saved_model_precision": "saved_model_precision",
     "freeze": "freeze",
     "version": "version",
     "overwrite": "overwrite",

@@ -6,7 +6,7 @@ from pathlib import Path
 from keras_vit.config import check_fields, read_yaml_options, to_plain_dict
 from keras_vit.export.litert import IO_TYPES
 from keras_vit.export.source import ExportError
-from keras_vit.names import LITERT_MODES
+from keras_vit.names import LITERT_MODES, SAVED_MODEL_PRECISIONS
 
 CONFIG_FILE = "export_config.yaml"  # written beside the report: how the export was made
 
@@ -15,8 +15,9 @@ CONFIG_FILE = "export_config.yaml"  # written beside the report: how the export 
 class ExportConfig:
     """An export: what to write, in which LiteRT modes, and how it is checked.
 
-    Artifacts: `saved_model_dir` (TF Serving layout `NAME/VERSION/`; `freeze`: weights as graph
-    constants) and/or `tflite_dir` (`{name}_{mode}.tflite` per mode of `modes`; `io_type`: the
+    Artifacts: `saved_model_dir` (TF Serving layout `NAME/VERSION/`; `saved_model_precision`:
+    "float32" or "bfloat16", default the model's own; `freeze`: weights as graph constants,
+    default only for bfloat16) and/or `tflite_dir` (`{name}_{mode}.tflite` per mode of `modes`; `io_type`: the
     input/output type of the calibrated modes). `prune` (sparsity in (0, 1)) and `cluster`
     (number of shared values): fine-tuned `finetune_epochs` through the tfmot bridge, exported
     as float32 and, with "int8" among `modes`, int8; `qat_epochs`: quantisation-aware
@@ -32,7 +33,8 @@ class ExportConfig:
     name: str = "vit"
     version: int | None = None
     overwrite: bool = False
-    freeze: bool = False
+    saved_model_precision: str | None = None
+    freeze: bool | None = None
     qat_epochs: int = 0
     prune: float | None = None
     cluster: int | None = None
@@ -55,8 +57,15 @@ class ExportConfig:
             raise ExportError(f"unknown input/output type {self.io_type!r}; choose from {', '.join(sorted(io_types))}.")
         if not self.saved_model_dir and not self.tflite_dir:
             raise ExportError("nothing to export: give a SavedModel directory, a TFLite directory or both.")
+        if self.saved_model_precision is not None and self.saved_model_precision not in SAVED_MODEL_PRECISIONS:
+            raise ExportError(
+                f"unknown SavedModel precision {self.saved_model_precision!r}; "
+                f"choose from {', '.join(SAVED_MODEL_PRECISIONS)}."
+            )
         if self.freeze and not self.saved_model_dir:
             raise ExportError("freezing applies to the SavedModel: give a SavedModel directory.")
+        if self.saved_model_precision and not self.saved_model_dir:
+            raise ExportError("the SavedModel precision applies to the SavedModel: give a SavedModel directory.")
         if self.fine_tunes and not self.tflite_dir:
             raise ExportError("QAT, pruning and clustering produce LiteRT files: give a TFLite directory.")
         for name in ("calibration_size", "eval_limit", "threads", "finetune_epochs"):

@@ -67,10 +67,17 @@ def export(source, config=None, **options):
             c.finetune_epochs,
         )
     if c.saved_model_dir:
+        model, policy, freeze = serving.serving_model(source.model, c.saved_model_precision, c.freeze)
         target = serving.save_serving_model(
-            source, c.saved_model_dir, name=c.name, version=c.version, overwrite=c.overwrite, freeze=c.freeze
+            dataclasses.replace(source, model=model),
+            c.saved_model_dir,
+            name=c.name,
+            version=c.version,
+            overwrite=c.overwrite,
+            freeze=freeze,
         )
-        rows.insert(0, _measure_saved_model(target, images, labels, reference, c.freeze))
+        kind = f"{policy}, frozen" if freeze else policy
+        rows.insert(0, _measure_saved_model(target, images, labels, reference, kind))
     result = {
         "model": c.name,
         "num_eval": int(len(images)),
@@ -192,7 +199,7 @@ def _held_out(source):
     return images, None, "random stand-in images, no dataset: agreement only"
 
 
-def _measure_saved_model(target, images, labels, reference, frozen):
+def _measure_saved_model(target, images, labels, reference, kind):
     import tensorflow as tf
 
     signature = tf.saved_model.load(str(target)).signatures[serving.IMAGES_SIGNATURE]
@@ -207,9 +214,8 @@ def _measure_saved_model(target, images, labels, reference, frozen):
         start = time.perf_counter()
         signature(images=one)
         times.append(time.perf_counter() - start)
-    kind = "SavedModel, frozen" if frozen else "SavedModel"
     return report.measure(
-        f"{target.parent.name}/{target.name} ({kind})",
+        f"{target.parent.name}/{target.name} (SavedModel, {kind})",
         "saved_model",
         target,
         None,

@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from keras_vit.export import frozen
 from keras_vit.export.source import ExportError
-from keras_vit.names import LABELS_FILE
+from keras_vit.names import LABELS_FILE, SAVED_MODEL_PRECISIONS
 
 logger = logging.getLogger("keras_vit")
 WARMUP_FILE = "assets.extra/tf_serving_warmup_requests"
@@ -81,13 +81,35 @@ class ServingModule(tf.Module):
         return self._outputs(tf.map_fn(decode, image_bytes, fn_output_signature=spec))
 
 
+def serving_model(model, precision=None, freeze=None):
+    """`(model, policy, freeze)`: the model a SavedModel serves, its Keras dtype policy and
+    whether its weights become graph constants. `precision`: "float32" or "bfloat16" (a
+    `mixed_bfloat16` copy with the same weights: bf16 matmuls for CPUs with AVX512_BF16 or AMX,
+    float32 logits); None keeps the model's own. `freeze` None: frozen for bfloat16, where
+    the weights are then stored in bf16 and no call casts them (`frozen.fold_weight_casts`),
+    if they fit a frozen graph."""
+    policy = SAVED_MODEL_PRECISIONS[precision] if precision else model.dtype_policy.name
+    if model.dtype_policy.name != policy:
+        if not hasattr(model, "config"):
+            raise ExportError(f"a SavedModel in {precision} needs a keras_vit ViT; {model.name} is not one.")
+        copy = type(model)(model.config, dtype=policy)
+        copy.set_weights(model.get_weights())
+        model = copy
+    if freeze is None:
+        freeze = policy == "mixed_bfloat16" and frozen.fits(model)
+        if policy == "mixed_bfloat16" and not freeze:
+            logger.warning("keras_vit: %s is over a frozen graph's 2 GiB; its SavedModel keeps variables", model.name)
+    return model, policy, freeze
+
+
 def save_serving_model(
-    source, directory, name="vit", version=None, overwrite=False, top_k=5, warmup=True, freeze=False
+    source, directory, name="vit", version=None, overwrite=False, top_k=5, warmup=True, freeze=None, precision=None
 ):
     """Writes `directory/<name>/<version>/` (version: the next free number unless
     given; an existing version is replaced only with `overwrite`) and
-    `directory/models.config`. `freeze`: weights as graph constants (faster on CPU, graphs
-    up to 2 GiB; see `keras_vit.export.frozen`). Returns the version directory."""
+    `directory/models.config`. `precision` ("float32" or "bfloat16"; None: the model's own) and
+    `freeze` (weights as graph constants: faster on CPU, graphs up to 2 GiB; None: for
+    bfloat16) as in `serving_model`. Returns the version directory."""
     base = Path(directory) / name
     existing = sorted(int(p.name) for p in base.glob("*") if p.name.isdigit()) if base.is_dir() else []
     version = (existing[-1] + 1 if existing else 1) if version is None else int(version)
@@ -104,7 +126,8 @@ def save_serving_model(
         with tempfile.TemporaryDirectory() as scratch:
             labels_file = Path(scratch) / LABELS_FILE
             labels_file.write_text("\n".join(source.labels) + "\n")
-            module = ServingModule(source.model, labels_file, top_k=top_k, freeze=freeze)
+            model, _, freeze = serving_model(source.model, precision, freeze)
+            module = ServingModule(model, labels_file, top_k=top_k, freeze=freeze)
             signatures = {IMAGES_SIGNATURE: module.serve_images, BYTES_SIGNATURE: module.serve_image_bytes}
             tf.saved_model.save(module, str(staging), signatures=signatures)
         if warmup and importlib.util.find_spec("tensorflow_serving") is None:

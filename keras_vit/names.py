@@ -43,6 +43,10 @@ AUGMENTS = ("inception", "translate", "affine")
 # full int8, int8 with float LayerNorm/softmax/GELU, int16 activations with int8 weights.
 LITERT_MODES = ("float32", "float16", "dynamic", "int8", "int8-mixed", "int16x8")
 
+# Precisions of the exported SavedModel -> the Keras dtype policy its model is built in
+# (bfloat16: bf16 matmuls for CPUs with AVX512_BF16 or AMX, float32 logits).
+SAVED_MODEL_PRECISIONS = {"float32": "float32", "bfloat16": "mixed_bfloat16"}
+
 # What `keras-vit visualize` draws: attention (keras_vit.inspect) or tf-keras-vis saliency.
 ATTENTION_METHODS = ("rollout", "attention")
 SALIENCY_METHODS = ("saliency", "smoothgrad", "gradcam++", "scorecam")

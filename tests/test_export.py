@@ -375,6 +375,52 @@ def test_frozen_saved_model_holds_no_variables_and_serves_what_keras_predicts(so
     assert len(weights[False]) >= len(source.model.weights) and weights[True] == []
 
 
+def _graph_constants(concrete):
+    """(dtype name, shape) of every constant of a concrete function's graph and the functions it calls."""
+    import tensorflow as tf
+
+    graph = concrete.graph.as_graph_def()
+    nodes = list(graph.node) + [n for f in graph.library.function for n in f.node_def]
+    shape = lambda n: tuple(d.size for d in n.attr["value"].tensor.tensor_shape.dim)  # noqa: E731
+    return [(tf.dtypes.as_dtype(n.attr["dtype"].type).name, shape(n)) for n in nodes if n.op == "Const"]
+
+
+def test_bfloat16_saved_model_keeps_its_weights_in_bf16_and_agrees_with_float32(source, tmp_path):
+    """The bf16 path for TF Serving on CPUs with AVX512_BF16 or AMX (`--saved-model-precision
+    bfloat16`, frozen by default): the SavedModel holds the matmul and embedding weights as bf16
+    constants (no variables, no per-call weight casts; float32 stays where the model computes in
+    float32: the LayerNorms and the head), and its outputs agree with the float32 model."""
+    import tensorflow as tf
+
+    from keras_vit.export import ExportConfig, export, freeze, serving
+
+    model, policy, frozen = serving.serving_model(source.model, "bfloat16")
+    assert (policy, frozen, model.dtype_policy.name) == ("mixed_bfloat16", True, "mixed_bfloat16")
+    assert source.model.dtype_policy.name == "float32"  # the source model is left as it was
+
+    images = source.eval_images.astype(np.float32)
+    reference = source.model.predict(images, verbose=0)
+    logits = freeze(model)(tf.constant(images)).numpy()
+    assert logits.dtype == np.float32
+    assert np.mean(logits.argmax(-1) == reference.argmax(-1)) >= 0.98
+    assert 0 < np.abs(logits - reference).max() < 0.1 * np.abs(reference).max()  # bf16 did compute
+
+    result = export(source, ExportConfig(saved_model_dir=tmp_path, saved_model_precision="bfloat16", eval_limit=359))
+    (row,) = result["artifacts"]
+    assert "(SavedModel, mixed_bfloat16, frozen)" in row["artifact"] and row["agreement"] >= 0.98
+    target = tmp_path / "vit" / "1"
+    assert [n for n, _ in tf.train.list_variables(str(target / "variables" / "variables")) if "OBJECT" not in n] == []
+    constants = _graph_constants(tf.saved_model.load(str(target)).signatures["serving_default"])
+    config = source.model.config
+    width, mlp = config.hidden_size, config.mlp_dim
+    kernels = [c for c in constants if len(c[1]) >= 2]
+    by_shape = {shape: sorted(d for d, s in kernels if s == shape) for shape in {s for _, s in kernels}}
+    for shape in ((width, 3 * width), (width, width), (width, mlp), (mlp, width)):  # every block's matmuls
+        assert by_shape[shape] == ["bfloat16"] * config.num_layers, shape
+    float32 = [s for d, s in kernels if d == "float32"]
+    assert float32 == [(width, config.num_classes)]  # the head only (float32 logits)
+
+
 def test_frozen_mixed_bfloat16_model_equals_its_graph_and_bad_models_fail_clearly(source, monkeypatch):
     import tensorflow as tf
 
@@ -418,6 +464,13 @@ def test_bad_input_gives_one_line_and_leaves_nothing_half_written(source, run_di
     assert "cannot load" in fails([str(tmp_path / "corrupt.keras"), "--tflite", str(tmp_path / "t")])
     assert "nothing to export" in fails([str(run_dir)])
     assert "freezing applies to the SavedModel" in fails([str(run_dir), "--tflite", str(tmp_path), "--freeze"])
+    precision = ["--tflite", str(tmp_path), "--saved-model-precision", "bfloat16"]
+    assert "the SavedModel precision applies to the SavedModel" in fails([str(run_dir), *precision])
+    with pytest.raises(ExportError, match="unknown SavedModel precision 'float16'; choose from float32, bfloat16"):
+        ExportConfig(saved_model_dir=str(tmp_path), saved_model_precision="float16")
+    with pytest.raises(SystemExit):
+        main(["export", str(run_dir), "--saved-model", str(tmp_path), "--saved-model-precision", "float16"])
+    assert "invalid choice: 'float16'" in capsys.readouterr().err.splitlines()[-1]
 
     with pytest.raises(ExportError, match=r"must be \(N, 16, 16, 3\)"):
         ExportSource(source.model, source.labels, calibration_images=np.zeros((4, 32, 32, 3)))

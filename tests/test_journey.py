@@ -165,9 +165,9 @@ def test_export_every_mode_checked_on_the_held_out_split(exported):
     for noise in ("InitializeLog", "I0000", "XNNPACK", "fully_quantize"):
         assert noise not in result.stderr, result.stderr[-2000:]
     rows = {row["artifact"]: row for row in report["artifacts"]}
-    assert set(rows) == {f"vit_{mode}.tflite" for mode in LITERT_MODES} | {"vit/1 (SavedModel)"}
+    assert set(rows) == {f"vit_{mode}.tflite" for mode in LITERT_MODES} | {"vit/1 (SavedModel, float32)"}
     assert report["num_eval"] == 359 and "| vit_int8.tflite |" in table
-    assert rows["vit/1 (SavedModel)"]["agreement"] == 1.0
+    assert rows["vit/1 (SavedModel, float32)"]["agreement"] == 1.0
     assert all(row["agreement"] >= 0.97 for row in rows.values()), rows
 
 
