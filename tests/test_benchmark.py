@@ -54,6 +54,10 @@ def test_targets_are_ratios_of_the_rows():
             row("S/16 inference b32", "timm", "eager", 10.0),
             row("S/16 inference b32", "timm", "compile", 19.0),
             row("S/16 inference b32", "timm", "compile_bf16", 40.0),
+            row("S/16 inference b1", "keras_vit", "mixed_bfloat16", 50.0, compiler="frozen"),
+            row("S/16 inference b1", "keras_vit", "mixed_bfloat16", 40.0, compiler="graph"),
+            row("S/16 inference b1", "timm", "eager_bf16", 45.0),
+            row("S/16 inference b1", "timm", "compile_bf16", 30.0),
         ],
         "training": [
             row("Ti/16 training b32", "keras_vit", "float32", 20.0, first_step_s=12.0, compiler="xla"),
@@ -79,6 +83,16 @@ def test_targets_are_ratios_of_the_rows():
     )  # timm bf16 left out
     # each keras_vit bf16 row against timm's best bf16 mode
     assert found["S/16 inference b32: mixed_bfloat16 vs timm's best bf16"] == (0.75, False)
+    # batch 1 is latency: level with timm's best bf16 mode is the bar
+    assert found["S/16 inference b1: mixed_bfloat16, frozen vs timm's best bf16"] == (
+        pytest.approx(50 / 45, abs=1e-3),
+        True,
+    )
+    assert found["S/16 inference b1: mixed_bfloat16, graph vs timm's best bf16"] == (
+        pytest.approx(40 / 45, abs=1e-3),
+        False,
+    )
+    assert [t["bar"] for t in suite.targets(results, "full", 230.0) if "b1:" in t["target"]] == [1.0, 1.0]
     assert found["Ti/16 training b32: mixed_bfloat16, graph vs timm's best bf16"] == (1.4, True)
     assert "Ti/16 training b32: float32, xla vs timm's best bf16" not in found
     assert found["Ti/16 training b32: mixed_bfloat16 vs keras-hub float32"] == (1.6, True)
