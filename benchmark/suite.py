@@ -58,7 +58,6 @@ SUITES = {
                 dtypes=("mixed_bfloat16",),
                 compilers=INFERENCE_COMPILERS,
                 timm_modes=("eager_bf16", "compile_bf16"),
-                agreement_images=64,
             )
         ],
         "training": [
