@@ -11,14 +11,23 @@ from keras_vit.names import LITERT_MODES, SAVED_MODEL_PRECISIONS
 CONFIG_FILE = "export_config.yaml"  # written beside the report: how the export was made
 
 
+def saved_model_policy(precision):
+    """The Keras dtype policy a SavedModel in `precision` is built in; ExportError for an
+    unknown precision."""
+    if precision not in SAVED_MODEL_PRECISIONS:
+        choices = ", ".join(SAVED_MODEL_PRECISIONS)
+        raise ExportError(f"unknown SavedModel precision {precision!r}; choose from {choices}.")
+    return SAVED_MODEL_PRECISIONS[precision]
+
+
 @dataclasses.dataclass
 class ExportConfig:
     """An export: what to write, in which LiteRT modes, and how it is checked.
 
     Artifacts: `saved_model_dir` (TF Serving layout `NAME/VERSION/`; `saved_model_precision`:
     "float32" or "bfloat16", default the model's own; `freeze`: weights as graph constants,
-    default only for bfloat16) and/or `tflite_dir` (`{name}_{mode}.tflite` per mode of `modes`; `io_type`: the
-    input/output type of the calibrated modes). `prune` (sparsity in (0, 1)) and `cluster`
+    default only for bfloat16) and/or `tflite_dir` (`{name}_{mode}.tflite` per mode of
+    `modes`; `io_type`: the input/output type of the calibrated modes). `prune` (sparsity in (0, 1)) and `cluster`
     (number of shared values): fine-tuned `finetune_epochs` through the tfmot bridge, exported
     as float32 and, with "int8" among `modes`, int8; `qat_epochs`: quantisation-aware
     fine-tuning, exported as int8. Checks: `calibration_size` training images calibrate,
@@ -57,11 +66,8 @@ class ExportConfig:
             raise ExportError(f"unknown input/output type {self.io_type!r}; choose from {', '.join(sorted(io_types))}.")
         if not self.saved_model_dir and not self.tflite_dir:
             raise ExportError("nothing to export: give a SavedModel directory, a TFLite directory or both.")
-        if self.saved_model_precision is not None and self.saved_model_precision not in SAVED_MODEL_PRECISIONS:
-            raise ExportError(
-                f"unknown SavedModel precision {self.saved_model_precision!r}; "
-                f"choose from {', '.join(SAVED_MODEL_PRECISIONS)}."
-            )
+        if self.saved_model_precision is not None:
+            saved_model_policy(self.saved_model_precision)
         if self.freeze and not self.saved_model_dir:
             raise ExportError("freezing applies to the SavedModel: give a SavedModel directory.")
         if self.saved_model_precision and not self.saved_model_dir:

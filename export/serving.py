@@ -12,8 +12,9 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit.export import frozen
+from keras_vit.export.config import saved_model_policy
 from keras_vit.export.source import ExportError
-from keras_vit.names import LABELS_FILE, SAVED_MODEL_PRECISIONS
+from keras_vit.names import LABELS_FILE
 
 logger = logging.getLogger("keras_vit")
 WARMUP_FILE = "assets.extra/tf_serving_warmup_requests"
@@ -88,7 +89,7 @@ def serving_model(model, precision=None, freeze=None):
     float32 logits); None keeps the model's own. `freeze` None: frozen for bfloat16, where
     the weights are then stored in bf16 and no call casts them (`frozen.fold_weight_casts`),
     if they fit a frozen graph."""
-    policy = SAVED_MODEL_PRECISIONS[precision] if precision else model.dtype_policy.name
+    policy = saved_model_policy(precision) if precision else model.dtype_policy.name
     if model.dtype_policy.name != policy:
         if not hasattr(model, "config"):
             raise ExportError(f"a SavedModel in {precision} needs a keras_vit ViT; {model.name} is not one.")
