@@ -8,6 +8,7 @@ import functools
 import numpy as np
 
 from keras_vit.benchmark import accelerator, models
+from keras_vit.benchmark.kernels import profiled
 from keras_vit.benchmark.timing import rate, seconds, throughput_rows
 
 
@@ -91,9 +92,10 @@ def agreement(a, b):
     return float(np.mean(np.argmax(a, -1) == np.argmax(b, -1)))
 
 
-def run_case(case, against, repeats, log, peak_probe=None):
+def run_case(case, against, repeats, log, peak_probe=None, profile=None):
     """Throughput of every implementation on one inference case; a list of result rows (with
-    their share of the FMA peak where `peak_probe` is given: `timing.throughput_rows`)."""
+    their share of the FMA peak where `peak_probe` is given: `timing.throughput_rows`, and
+    their oneDNN kernels where `profile` is: `kernels.Profiler`)."""
     import keras
 
     keras.utils.set_random_seed(0)  # the same random weights in every run
@@ -145,7 +147,8 @@ def run_case(case, against, repeats, log, peak_probe=None):
             steps.append(step)
     # every model stays loaded and is timed in rounds, so the ratios between them are fair
     measures = [functools.partial(rate, step, batch) for step in steps]
-    return throughput_rows(rows, measures, repeats, flops / batch / 1e9, log, peak_probe=peak_probe)
+    rows = throughput_rows(rows, measures, repeats, flops / batch / 1e9, log, peak_probe=peak_probe)
+    return profiled(rows, measures, case, profile)
 
 
 def _top2_gap(logits):

@@ -89,11 +89,48 @@ def markdown(result):
             cells = [fmt.format(row[key]) if row.get(key) is not None else "" for _, key, fmt in columns]
             mode = mode_label(row)
             lines.append(f"| {row['case']} | {row['implementation']} | {mode} | " + " | ".join(cells) + " |")
+    lines += _kernel_lines(result["results"])
     if result.get("targets"):
         lines += ["", "### targets", "", "| target | value | bar | met |", "|---|---:|---:|---|"]
         for t in result["targets"]:
             lines.append(f"| {t['target']} | {t['value']:.3f} | {t['bar']} | {'yes' if t['met'] else 'NO'} |")
     return "\n".join(lines) + "\n"
+
+
+def _kernel_lines(results, shown=4):
+    """The rows' oneDNN kernel profiles (`--kernels`) as a table: per row the oneDNN ms of one
+    step, the step's wall ms in the profiling run, and its `shown` slowest kernels."""
+    rows = [row for kind in ("inference", "training") for row in results.get(kind, []) if row.get("kernels")]
+    if not rows:
+        return []
+    lines = [
+        "",
+        "### oneDNN kernels of one step",
+        "",
+        "Primitive, implementation (an `amx` one runs the AMX tiles), source data type: ms per step (calls). "
+        "Only oneDNN's ops appear: TensorFlow's matmuls, convolutions and softmax in graph and frozen modes, "
+        "Eigen's float32 contractions (XLA's dots among them) as `gemm_api`, torch's bf16 matmuls; not torch's "
+        "float32 matmuls nor Eigen's bf16 contractions.",
+        "",
+        "| case | implementation | mode | oneDNN ms | step ms | slowest kernels |",
+        "|---|---|---|---:|---:|---|",
+    ]
+    for row in rows:
+        profile = row["kernels"]
+        if "error" in profile:
+            cells = ["", "", f"no profile: {profile['error']}"]
+        else:
+            kernels = [
+                f"{' '.join(filter(None, (k['primitive'], k['implementation'])))} {k['dtype']}: "
+                f"{k['ms']:.1f} ({k['calls']})"
+                for k in profile["kernels"][:shown]
+            ]
+            more = len(profile["kernels"]) - shown
+            kernels += [f"{more} more"] if more > 0 else []
+            step = f"{profile['step_ms']:.1f}" if profile.get("step_ms") is not None else ""
+            cells = [f"{profile['onednn_ms']:.1f}", step, "; ".join(kernels) or "none"]
+        lines.append(f"| {row['case']} | {row['implementation']} | {mode_label(row)} | " + " | ".join(cells) + " |")
+    return lines
 
 
 _COLOURS = {"keras_vit": "tab:blue", "keras-hub": "tab:orange", "timm": "tab:green"}

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from keras_vit.benchmark import machine, suite
+from keras_vit.benchmark.kernels import Profiler
 
 COMPETITORS = ("keras-hub", "timm")
 PACKAGES = ("keras", "tensorflow-cpu", "tensorflow", "jax", "keras-hub", "torch", "timm", "ai-edge-litert")
@@ -21,11 +22,13 @@ def run_suite(
     log=print,
     cases=None,
     precisions=suite.BOTH,
+    kernels=False,
 ):
     """Runs suite `name` ("quick", "full" or "gpu") on the current Keras backend; returns the result
     dict (and writes it as JSON to `out`). `cases`: strings, of which a case's name must contain one
     (None: every case); `precisions`: the subset of float32 and mixed_bfloat16 to run (timm's
-    "*_bf16" modes count as mixed_bfloat16). `log` gets each result row as it is measured and
+    "*_bf16" modes count as mixed_bfloat16); `kernels`: give each CPU inference and training row
+    its oneDNN kernel profile (`kernels.Profiler`). `log` gets each result row as it is measured and
     each note (a string) on what was left out. Call `timing.pin_threads(threads)` before Keras
     is imported for the thread count to hold."""
     import keras
@@ -59,9 +62,15 @@ def run_suite(
     timm_modes = _timm_modes(result["notes"], log) if bf16_timm else lambda mode: True
     # on the CPU, throughput rows are set against an FMA peak probed in the same rounds
     peak_probe = None if info["accelerator"] else probe
+    if kernels and info["accelerator"]:
+        result["notes"].append("oneDNN kernel profiles (--kernels) are of CPU rows; this run's rows ran on the GPU.")
+        log(result["notes"][-1])
+    profiles = kernels and not info["accelerator"]
     for kind in selected:
         module = importlib.import_module(f"keras_vit.benchmark.{kind}")
         extra = dict(peak_probe=peak_probe) if kind in ("inference", "training") else {}
+        if profiles and extra:
+            extra["profile"] = Profiler(kind, threads)
         rows = []
         for case in selected.get(kind, []):
             if "timm_modes" in case:

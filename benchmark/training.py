@@ -7,6 +7,7 @@ import time
 import numpy as np
 
 from keras_vit.benchmark import accelerator, models
+from keras_vit.benchmark.kernels import profiled
 from keras_vit.benchmark.timing import rate, seconds, throughput_rows
 
 
@@ -98,9 +99,10 @@ def timm_training(module, config, batch, steps_per_repeat, mode):
     return first, functools.partial(rate, repeat, batch * steps_per_repeat)
 
 
-def run_case(case, against, repeats, log, peak_probe=None):
+def run_case(case, against, repeats, log, peak_probe=None, profile=None):
     """Training throughput of every implementation on one case; a list of result rows (with
-    their share of the FMA peak where `peak_probe` is given: `timing.throughput_rows`)."""
+    their share of the FMA peak where `peak_probe` is given: `timing.throughput_rows`, and
+    their oneDNN kernels where `profile` is: `kernels.Profiler`)."""
     config = models.config_for(case["model"])
     batch, steps = case["batch"], case["steps_per_repeat"]
     flops = 3 * models.forward_flops(config)  # forward + backward (2x forward)
@@ -130,4 +132,5 @@ def run_case(case, against, repeats, log, peak_probe=None):
         for mode in case["timm_modes"]:
             add("timm", mode, *timm_training(models.build_timm(config), config, batch, steps, mode))
     # every model stays built and is timed in rounds, so the ratios between them are fair
-    return throughput_rows(rows, measures, repeats, flops / 1e9, log, warmup=0, peak_probe=peak_probe)
+    rows = throughput_rows(rows, measures, repeats, flops / 1e9, log, warmup=0, peak_probe=peak_probe)
+    return profiled(rows, measures, case, profile)

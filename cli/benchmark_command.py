@@ -42,6 +42,13 @@ def add_parser(subparsers):
     parser.add_argument("--repeats", type=int, default=5, help="timed repeats per figure, at least 5 (default 5)")
     parser.add_argument("--threads", type=int, default=2, help="CPU threads every runtime is pinned to (default 2)")
     parser.add_argument(
+        "--kernels",
+        action="store_true",
+        help="after each CPU inference and training case's timing, profile one step of each row with oneDNN's "
+        "verbose log (a fresh process for Keras rows): which primitive and implementation ran (an avx512_core_amx "
+        "one uses the AMX tiles), on which data type, and for how long; a kernels table joins the report",
+    )
+    parser.add_argument(
         "--out",
         required=True,
         help="result JSON file (a Markdown table and, with matplotlib, a bar chart are written next to it)",
@@ -81,6 +88,7 @@ def run(args):
         log=_progress,
         cases=cases,
         precisions=precisions,
+        kernels=args.kernels,
     )
     table = markdown(result)
     Path(args.out).with_suffix(".md").write_text(table)

@@ -420,8 +420,11 @@ def test_gpu_rows_get_model_flops_utilisation(monkeypatch):
     )
     gpu = dict(name="Fake GPU", bf16_matmul_tflops=0.5, datasheet_bf16_tflops=2.0)
     monkeypatch.setattr(accelerator, "describe", lambda backend: gpu)
-    result = runner.run_suite("tiny-gpu", against=(), kinds=("inference", "training"), repeats=5, log=lambda row: None)
+    result = runner.run_suite(
+        "tiny-gpu", against=(), kinds=("inference", "training"), repeats=5, log=lambda row: None, kernels=True
+    )
     rows = result["results"]["inference"] + result["results"]["training"]
+    assert "are of CPU rows" in result["notes"][0] and not [r for r in rows if "kernels" in r]  # oneDNN: CPU only
     assert [r["mfu"] for r in rows] == [pytest.approx(r["gflops_per_s"] / 500.0) for r in rows]
     assert [r["mfu_datasheet"] for r in rows] == [pytest.approx(r["gflops_per_s"] / 2000.0) for r in rows]
     assert not [t for t in result["targets"] if "FMA peak" in t["target"]]
@@ -508,3 +511,108 @@ def test_quick_suite_end_to_end(tmp_path, capsys):
     result = json.loads(out.read_text())
     assert set(result["results"]) == set(suite.KINDS) and result["targets"]
     assert (tmp_path / "results.md").read_text().startswith("Suite `quick`")
+
+
+def _exec_line(primitive, implementation, prop_kind, descriptors, problem, ms, attributes="attr-scratchpad:user"):
+    """One `exec` line of oneDNN's verbose log (v1 format)."""
+    fields = ("onednn_verbose", "v1", "primitive", "exec", "cpu", primitive, implementation, prop_kind)
+    return ",".join(fields + (descriptors, attributes, "", problem, str(ms)))
+
+
+_BF16_AB = "src:bf16::blocked:ab::f0 wei:bf16::blocked:ab::f0 dst:bf16::blocked:ab::f0"
+_BF16_IP = "src:bf16::blocked:ab::f0 wei:bf16::blocked:ba::f0 bia:bf16:a:blocked:a::f0 dst:bf16::blocked:ab::f0"
+VERBOSE = "\n".join(
+    [
+        "onednn_verbose,v1,info,oneDNN v3.7.1 (commit 1234)",
+        "onednn_verbose,v1,primitive,info,template:operation,engine,primitive,implementation,prop_kind,...",
+        "onednn_verbose,v1,primitive,create:cache_miss,cpu,matmul,brg_matmul:avx512_core_amx,undef,src:bf16,,,1x1:1x1,0.9",
+        _exec_line("inner_product", "x64:gemm:jit", "forward_training", _BF16_IP, "mb6304ic384oc1536", 21.5),
+        _exec_line("inner_product", "x64:gemm:jit", "forward_training", _BF16_IP, "mb6304ic1536oc384", 18.5),
+        _exec_line("matmul", "brg_matmul:avx512_core_amx", "undef", _BF16_AB, "6304x384:384x1152", 6.0),
+        _exec_line("reorder", "jit:uni", "undef", "src:f32::blocked:ab::f0 dst:bf16::blocked:ab::f0", "384x1152", 0.5),
+        _exec_line(
+            "inner_product",
+            "brgemm:avx512_core_bf16",
+            "backward_data",
+            "diff_src:bf16::blocked:ab::f0 wei:bf16:a:blocked:AB8b64a2b::f0 diff_dst:bf16::blocked:ab::f0",
+            "mb6304ic384oc1536",
+            4.0,
+        ),
+        _exec_line("gemm_api", "", "undef", "src_f32::blocked:ab:f0 wei_f32::blocked:ab:f0", "32x384:384x1000", 0.25),
+        "onednn_verbose,v1,graph,exec,cpu,100002,dnnl_backend,,,fpm:strict,,,3.0",
+        "keras_vit: a line of the program's own",
+    ]
+)
+
+
+def test_kernel_profiles_read_onednn_verbose_output():
+    from keras_vit.benchmark import kernels
+
+    records = kernels.parse(VERBOSE)  # exec lines only: not info, primitive creation or oneDNN Graph
+    assert [(r["primitive"], r["implementation"], r["dtype"]) for r in records] == [
+        ("inner_product", "x64:gemm:jit", "bf16"),
+        ("inner_product", "x64:gemm:jit", "bf16"),
+        ("matmul", "brg_matmul:avx512_core_amx", "bf16"),
+        ("reorder", "jit:uni", "f32>bf16"),
+        ("inner_product", "brgemm:avx512_core_bf16", "bf16"),  # a backward primitive: diff_dst's type
+        ("gemm_api", "", "f32"),
+    ]
+    assert records[0]["shape"] == "mb6304ic384oc1536" and records[0]["prop_kind"] == "forward_training"
+    profile = kernels.summarize(records + records, steps=2, step_ms=100.0)
+    assert profile["onednn_ms"] == pytest.approx(21.5 + 18.5 + 6.0 + 0.5 + 4.0 + 0.25)
+    assert profile["amx"] and profile["step_ms"] == 100.0
+    top = profile["kernels"][0]
+    assert (top["primitive"], top["implementation"], top["calls"]) == ("inner_product", "x64:gemm:jit", 2)
+    assert top["ms"] == 40.0
+    assert [k["ms"] for k in profile["kernels"]] == sorted((k["ms"] for k in profile["kernels"]), reverse=True)
+    assert not kernels.summarize(records[:2])["amx"]
+
+
+def test_markdown_lists_kernel_profiles():
+    result = dict(
+        suite="full",
+        backend="tensorflow",
+        date="2026-11-26",
+        repeats=5,
+        machine=dict(cpu="X", threads=2, cores_visible=2, isa=["amx_bf16"], fp32_fma_peak_gflops=100.0),
+        versions={"keras": "3"},
+        results={
+            "inference": [
+                dict(case="c", implementation="keras_vit", mode="mixed_bfloat16", compiler="graph", images_per_s=9.0),
+                dict(case="c", implementation="timm", mode="compile_bf16", images_per_s=9.0),
+            ]
+        },
+    )
+    assert "oneDNN kernels" not in report.markdown(result)  # a run without --kernels
+    from keras_vit.benchmark import kernels
+
+    result["results"]["inference"][0]["kernels"] = kernels.summarize(kernels.parse(VERBOSE), step_ms=80.0)
+    result["results"]["inference"][1]["kernels"] = dict(error="the profiling run failed: boom")
+    text = report.markdown(result)
+    assert "| c | keras_vit | mixed_bfloat16, graph | 50.8 | 80.0 | inner_product x64:gemm:jit bf16: 40.0 (2); " in text
+    assert "reorder jit:uni f32>bf16: 0.5 (1); 1 more |" in text
+    assert "| c | timm | compile_bf16 |  |  | no profile: the profiling run failed: boom |" in text
+
+
+@pytest.mark.tensorflow_only
+def test_kernel_profiles_of_a_keras_row_and_a_timm_row():
+    # A Keras row in a fresh process under ONEDNN_VERBOSE=1; a timm row in this one.
+    import numpy as np
+    import torch
+
+    from keras_vit.benchmark import kernels
+
+    case = mechanics_case("tiny", batch=4)
+    row = dict(implementation="keras_vit", mode="mixed_bfloat16", compiler="graph")
+    profile = kernels.Profiler("inference", 2)(case, row, measure=None)
+    assert "error" not in profile, profile
+    ran = {(k["primitive"], k["dtype"]) for k in profile["kernels"]}
+    assert {("matmul", "bf16"), ("softmax", "bf16")} <= ran and profile["onednn_ms"] > 0 and profile["step_ms"] > 0
+    assert profile["amx"] == any("amx" in k["implementation"] for k in profile["kernels"])
+    failed = kernels.Profiler("inference", 2)(case, {**row, "mode": "no-such-policy"}, measure=None)
+    assert failed["error"].startswith("the profiling run failed:")
+    module = torch.nn.Conv2d(3, 8, 3)
+    images = torch.from_numpy(np.ones((2, 3, 16, 16), "float32"))
+    profile = kernels.Profiler("inference", 2)(case, dict(implementation="timm", mode="eager"), lambda: module(images))
+    assert [k["primitive"] for k in profile["kernels"]][:1] == ["convolution"] and profile["onednn_ms"] > 0
+    print("after the profile")  # this process's stdout works again
