@@ -136,7 +136,7 @@ def run_case(case, against, repeats, log, peak_probe=None, profile=None):
                     row["agreement_images"] = len(pool)
                     # random weights leave near-ties among 1000 classes: the logit error tells how near
                     row["max_logit_error"] = float(np.max(np.abs(logits - reference)))
-                    row["near_ties"] = float(np.mean(_top2_gap(reference) < 2 * row["max_logit_error"]))
+                    row["near_ties"] = float(np.mean(near_ties(reference, row["max_logit_error"])))
                 rows.append(row)
                 steps.append(step)
     if "timm" in against:
@@ -151,9 +151,11 @@ def run_case(case, against, repeats, log, peak_probe=None, profile=None):
     return profiled(rows, measures, case, profile)
 
 
-def _top2_gap(logits):
+def near_ties(logits, error):
+    """Per row of `logits`, whether its top-2 gap is under twice `error`: only such rows can
+    change their top-1 class when every logit moves by at most `error`."""
     top2 = np.sort(logits, axis=-1)[:, -2:]
-    return top2[:, 1] - top2[:, 0]
+    return top2[:, 1] - top2[:, 0] < 2 * error
 
 
 def _random_head(model):

@@ -30,6 +30,14 @@ _COLUMNS = {
         ("MFU of datasheet", "mfu_datasheet", "{:.1%}"),
         ("optimizer", "optimizer", "{}"),
     ),
+    "agreement": (
+        ("top-1 agreement", "agreement_with_float32", "{:.4f}"),
+        ("of images", "agreement_images", "{:d}"),
+        ("max logit error", "max_logit_error", "{:.3f}"),
+        ("top-2 gap < 2x error", "near_ties", "{:.3f}"),
+        ("top-1 float32", "top1_float32", "{:.2%}"),
+        ("top-1 bf16", "top1", "{:.2%}"),
+    ),
     "litert": (
         ("latency ms", "latency_ms", "{:.1f}"),
         ("spread", "spread", "{:.0%}"),

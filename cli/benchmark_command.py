@@ -6,8 +6,9 @@ def add_parser(subparsers):
         "benchmark",
         help="measure keras_vit side by side with keras-hub and timm (speed ratios and targets)",
         description="Run a benchmark suite in one process: inference throughput (float32 and mixed_bfloat16), "
-        "model.fit training throughput with AdamW and the first step's time, LiteRT batch-1 latency of the export "
-        "modes, and the training input pipeline's rate. keras-hub runs the same architecture on the same Keras "
+        "model.fit training throughput with AdamW and the first step's time, the top-1 agreement of bfloat16 with "
+        "float32 on the digits default trained here, LiteRT batch-1 latency of the export modes, and the training "
+        "input pipeline's rate. keras-hub runs the same architecture on the same Keras "
         "backend, timm on torch (eager and torch.compile, float32 and bfloat16; on the GPU when torch sees one). "
         "Every figure is the median of --repeats timed runs after warm-up, with the threads pinned; within a case "
         "every model stays loaded and "
@@ -27,7 +28,7 @@ def add_parser(subparsers):
         help="comma-separated implementations to compare with: keras-hub, timm, or none",
     )
     parser.add_argument(
-        "--kinds", help="comma-separated subset of inference, training, litert, pipeline (default: all)"
+        "--kinds", help="comma-separated subset of inference, training, agreement, litert, pipeline (default: all)"
     )
     parser.add_argument(
         "--cases",
@@ -111,5 +112,10 @@ def _progress(row):
     if isinstance(row, str):  # a note on what the suite left out
         print(f"  {row}", flush=True)
         return
-    figure = f"{row['images_per_s']:.2f} images/s" if "images_per_s" in row else f"{row['latency_ms']:.1f} ms"
+    if "images_per_s" in row:
+        figure = f"{row['images_per_s']:.2f} images/s"
+    elif "latency_ms" in row:
+        figure = f"{row['latency_ms']:.1f} ms"
+    else:
+        figure = f"top-1 agreement with float32 {row['agreement_with_float32']:.2%} of {row['agreement_images']} images"
     print(f"  {row['case']}: {row['implementation']} {mode_label(row)}: {figure}", flush=True)
