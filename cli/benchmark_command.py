@@ -76,6 +76,8 @@ def run(args):
 
     pin_threads(args.threads)
     share_gpu()
+    if not args.verbose:
+        quiet_retracing()
     cases = None if args.cases is None else [c.strip() for c in args.cases.split(",") if c.strip()]
     precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]
     # run_suite checks --against, --repeats, --cases and --precisions (a ValueError: one line, exit 2)
@@ -104,6 +106,14 @@ def run(args):
     else:
         if drawn:
             print(f"wrote {drawn}")
+
+
+def quiet_retracing():
+    """Drops TensorFlow's warning of frequent tf.function retracing: the suite builds many models
+    of one class, each tracing Keras's predict step, by design; nothing for the user to act on."""
+    import logging
+
+    logging.getLogger("tensorflow").addFilter(lambda record: "tf.function retracing" not in record.getMessage())
 
 
 def _progress(row):

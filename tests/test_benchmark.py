@@ -647,3 +647,20 @@ def test_bf16_agreement_on_the_trained_digits_default():
     result = dict(suite="quick", backend="tensorflow", date="2026-11-26", repeats=5, machine=machine, versions={})
     text = report.markdown(dict(result, results=dict(agreement=rows)))
     assert "### agreement" in text and "| digits | keras_vit | mixed_bfloat16, frozen | " in text
+
+
+def test_the_benchmark_command_drops_only_the_retracing_warning(caplog):
+    import logging
+
+    from keras_vit_cli.benchmark_command import quiet_retracing
+
+    logger = logging.getLogger("tensorflow")
+    filters = list(logger.filters)
+    try:
+        quiet_retracing()
+        with caplog.at_level(logging.WARNING, logger="tensorflow"):
+            logger.warning("5 out of the last 13 calls to <function f> triggered tf.function retracing. Tracing ...")
+            logger.warning("something else")
+        assert [r.getMessage() for r in caplog.records] == ["something else"]
+    finally:
+        logger.filters[:] = filters
