@@ -18,7 +18,7 @@ def run_case(case, against, repeats, log):
     `epochs` (None: the default's), `seed`, `compilers` (default: XLA)."""
     import keras
 
-    from keras_vit.saving import load_model
+    from keras_vit.saving import inference_copy, load_model
     from keras_vit.training import TrainConfig, export_samples, fit
 
     with tempfile.TemporaryDirectory() as run_dir:
@@ -27,8 +27,7 @@ def run_case(case, against, repeats, log):
         model = load_model(run_dir)  # its best.keras, as `keras-vit evaluate` loads it
         samples = export_samples(model, run_dir)
     images, labels = samples["eval_images"].astype("float32"), samples["eval_labels"]
-    copy = type(model)(model.config, dtype="mixed_bfloat16")
-    copy.set_weights(model.get_weights())
+    copy = inference_copy(model, dtype="mixed_bfloat16")
     rows = []
     for compiler in case.get("compilers", ("xla",)):
         on_device = keras.ops.convert_to_tensor(images[:1])

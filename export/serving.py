@@ -15,6 +15,7 @@ from keras_vit.export import frozen
 from keras_vit.export.config import saved_model_policy
 from keras_vit.export.source import ExportError
 from keras_vit.names import LABELS_FILE
+from keras_vit.saving import inference_copy
 
 logger = logging.getLogger("keras_vit")
 WARMUP_FILE = "assets.extra/tf_serving_warmup_requests"
@@ -93,9 +94,7 @@ def serving_model(model, precision=None, freeze=None):
     if model.dtype_policy.name != policy:
         if not hasattr(model, "config"):
             raise ExportError(f"a SavedModel in {precision} needs a keras_vit ViT; {model.name} is not one.")
-        copy = type(model)(model.config, dtype=policy)
-        copy.set_weights(model.get_weights())
-        model = copy
+        model = inference_copy(model, dtype=policy)
     if freeze is None:
         freeze = policy == "mixed_bfloat16" and frozen.fits(model)
         if policy == "mixed_bfloat16" and not freeze:

@@ -14,11 +14,17 @@ class ModelFileError(ValueError):
     """A model source that cannot be read; the message is one line that names the file."""
 
 
-def inference_copy(model, into=None):
-    """An uncompiled model with `model`'s config and weights (`into`: an earlier copy to update)."""
-    copy = into if into is not None else type(model).from_config(model.get_config())
-    copy.set_weights(model.get_weights())
-    return copy
+def inference_copy(model, into=None, dtype=None):
+    """An uncompiled model with `model`'s config and weights (`into`: an earlier copy to update).
+    `dtype`: another dtype policy for the copy (e.g. "mixed_bfloat16"), for models whose config
+    carries it, as keras_vit's; the weights keep their values, stored as that policy stores them."""
+    if into is None:
+        config = model.get_config()
+        if dtype is not None:
+            config = {**config, "dtype": dtype}
+        into = type(model).from_config(config)
+    into.set_weights(model.get_weights())
+    return into
 
 
 def save_model(model, path):

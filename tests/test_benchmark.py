@@ -394,14 +394,15 @@ def test_the_machine_record_names_the_cpu_generation(cpuinfo, name, flags, monke
     assert machine.describe(threads=1)["cpu"] == name
 
 
+def _result(suite="quick", isa=("avx2",), **fields):
+    """A suite result as `keras-vit benchmark` writes it, on a made-up 2-thread CPU."""
+    machine = dict(cpu="X", threads=2, cores_visible=2, isa=list(isa), fp32_fma_peak_gflops=100.0)
+    header = dict(suite=suite, backend="tensorflow", date="2026-11-26", repeats=5, versions={"keras": "3"})
+    return dict(header, machine=machine, **fields)
+
+
 def test_markdown_lists_rows_and_targets():
-    result = dict(
-        suite="quick",
-        backend="tensorflow",
-        date="2026-11-22",
-        repeats=5,
-        machine=dict(cpu="X", threads=2, cores_visible=2, isa=["avx2"], fp32_fma_peak_gflops=100.0),
-        versions={"keras": "3"},
+    result = _result(
         results={"litert": [dict(case="c", implementation="keras_vit", mode="int8", latency_ms=1.5, size_kb=10.0)]},
         targets=[dict(target="t", value=0.5, bar=0.35, met=False)],
     )
@@ -581,13 +582,9 @@ def test_kernel_profiles_read_onednn_verbose_output():
 
 
 def test_markdown_lists_kernel_profiles():
-    result = dict(
+    result = _result(
         suite="full",
-        backend="tensorflow",
-        date="2026-11-26",
-        repeats=5,
-        machine=dict(cpu="X", threads=2, cores_visible=2, isa=["amx_bf16"], fp32_fma_peak_gflops=100.0),
-        versions={"keras": "3"},
+        isa=["amx_bf16"],
         results={
             "inference": [
                 dict(case="c", implementation="keras_vit", mode="mixed_bfloat16", compiler="graph", images_per_s=9.0),
@@ -646,9 +643,7 @@ def test_bf16_agreement_on_the_trained_digits_default():
         assert row["agreement_images"] == 359 and row["top1_float32"] >= 0.8
         assert row["agreement_with_float32"] >= 1 - row["near_ties"]  # only near-ties can flip
         assert 0 < row["max_logit_error"] < 1.0 and abs(row["top1"] - row["top1_float32"]) <= 0.02
-    machine = dict(cpu="X", threads=2, cores_visible=2, isa=["avx2"], fp32_fma_peak_gflops=100.0)
-    result = dict(suite="quick", backend="tensorflow", date="2026-11-26", repeats=5, machine=machine, versions={})
-    text = report.markdown(dict(result, results=dict(agreement=rows)))
+    text = report.markdown(_result(results=dict(agreement=rows)))
     assert "### agreement" in text and "| digits | keras_vit | mixed_bfloat16, frozen | " in text
 
 

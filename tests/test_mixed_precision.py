@@ -47,3 +47,24 @@ def _jax_on_cpu():
     import jax
 
     return jax.default_backend() == "cpu"
+
+
+def test_inference_copy_in_another_dtype_policy():
+    from keras_vit.saving import inference_copy
+
+    reference = perturb(keras_vit.ViT(tiny_config()))
+    reference.compile(optimizer="adam", loss="mse")
+    copy = inference_copy(reference, dtype="mixed_bfloat16")
+    assert copy.dtype_policy.name == "mixed_bfloat16" and not copy.compiled
+    assert reference.dtype_policy.name == "float32"
+    # Same values, still stored in float32 (the mixed policy's variables); bf16 compute.
+    for a, b in zip(copy.get_weights(), reference.get_weights()):
+        assert a.dtype == np.float32
+        np.testing.assert_array_equal(a, b)
+    x = images()
+    to_numpy = keras.ops.convert_to_numpy
+    np.testing.assert_allclose(to_numpy(copy(x)), to_numpy(reference(x)), atol=0.1)
+    # Updating the copy in place keeps its policy.
+    reference.set_weights([w * 0.5 for w in reference.get_weights()])
+    assert inference_copy(reference, into=copy) is copy and copy.dtype_policy.name == "mixed_bfloat16"
+    np.testing.assert_array_equal(copy.get_weights()[0], reference.get_weights()[0])

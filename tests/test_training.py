@@ -276,6 +276,18 @@ def test_a_run_stopped_by_bad_input_does_not_hold_its_directory(tmp_path):
     assert fit(config, verbose=0)["num_examples"] == 359  # the corrected command trains there
 
 
+def test_a_bad_model_is_named_before_the_run_directory_is_touched(tmp_path, capsys):
+    # Over an existing run of another config the unknown preset is what is wrong; a fresh
+    # directory is not created for a command that cannot train.
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.yaml").write_text("dataset: something else\n")
+    assert main(["train", "--run-dir", str(tmp_path / "run"), "--preset", "vit_nope"]) == 2
+    assert main(["train", "--run-dir", str(tmp_path / "new"), "--model-parallel", "5"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown preset 'vit_nope'" in err and "hidden_size divisible by 5" in err and "different config" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"] and not (tmp_path / "run" / "labels.txt").exists()
+
+
 def test_empty_folder_and_foreign_run_dir(tmp_path, capsys):
     (tmp_path / "empty" / "a").mkdir(parents=True)
     assert main(["train", "--dataset", str(tmp_path / "empty"), "--run-dir", str(tmp_path / "r")]) == 2

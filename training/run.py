@@ -35,6 +35,7 @@ def fit(config, overwrite=False, verbose="auto"):
     the same config, an interrupted run resumes where its last completed epoch left it.
     """
     c = config.resolved()
+    _model_config(c, num_classes=2)  # a bad preset or model field fails before the run directory is touched
     run_dir = _prepare_run_dir(c, overwrite)
     placement = make_placement(c)  # first: multi-worker collectives must be set up before any op
     keras.utils.set_random_seed(c.seed)
@@ -218,15 +219,21 @@ def _global_batch(c, replicas):
     return c.global_batch_size
 
 
-def _build_model(c, num_classes):
-    dtype = None if c.precision == "float32" else c.precision
+def _model_config(c, num_classes):
+    """The run's `ViTConfig`; raises ValueError for an unknown preset, a bad model field or a
+    model the run's `model_parallel` cannot split."""
     # A known checkpoint's resolution unless the run sets one (its head and pre-logits are
     # replaced by the new zero head, as the paper fine-tunes).
     known_size = {k: v for k, v in known.settings(c.weights, c.preset).items() if k == "image_size"}
     fields = {**known_size, **c.model, "num_classes": num_classes}
     config = keras_vit.get_config(c.preset, **fields) if c.preset else keras_vit.ViTConfig(**fields)
     keras_vit.distribution.check_model_parallel(config, c.model_parallel)
-    model = keras_vit.ViT(config, dtype=dtype)
+    return config
+
+
+def _build_model(c, num_classes):
+    dtype = None if c.precision == "float32" else c.precision
+    model = keras_vit.ViT(_model_config(c, num_classes), dtype=dtype)
     if c.weights:  # fine-tuning: a fresh zero head, position embeddings resampled (see load_weights)
         keras_vit.load_weights(model, c.weights)
     return model
