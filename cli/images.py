@@ -4,6 +4,8 @@ from pathlib import Path
 
 import numpy as np
 
+from keras_vit_cli.names import names
+
 
 def load_image(path, transform=None, sample="china.jpg"):
     """Returns (pixels `(H, W, 3)`, description): uint8 as decoded, or through `transform` (a
@@ -32,3 +34,21 @@ def load_image(path, transform=None, sample="china.jpg"):
 
         pixels = keras.ops.convert_to_numpy(transform(pixels))
     return pixels, source
+
+
+def image_files(arguments):
+    """`(path, in_folder)` for each image argument: a file as given, a folder as the files in it and
+    its sub-folders whose suffix is one of `names.IMAGE_EXTENSIONS`, sorted. Raises
+    FileNotFoundError, naming the first, for arguments that do not exist and folders without images."""
+    files = []
+    for argument in map(Path, arguments):
+        if argument.is_dir():
+            found = sorted(p for p in argument.rglob("*") if p.suffix.lower() in names.IMAGE_EXTENSIONS and p.is_file())
+            if not found:
+                raise FileNotFoundError(f"{argument} holds no images ({', '.join(names.IMAGE_EXTENSIONS)}).")
+            files += [(path, True) for path in found]
+        elif argument.is_file():
+            files.append((argument, False))
+        else:
+            raise FileNotFoundError(f"image file not found: {argument}")
+    return files

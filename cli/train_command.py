@@ -124,11 +124,14 @@ def add_parser(subparsers):
     predict = subparsers.add_parser(
         "predict",
         help="classify images with a trained model",
-        description="Print the top-k labels of each image. MODEL is a run directory "
-        "(its best.keras, labels and evaluation transform), a .keras file or a checkpoint.",
+        description="Print the top-k labels of each image as it is classified; a folder's images are read "
+        "with its sub-folders', in name order, and unreadable ones among them skipped with a warning. MODEL is a "
+        "run directory (its best.keras, labels and evaluation transform), a .keras file or a checkpoint.",
     )
     predict.add_argument("model", help="run directory, .keras file or checkpoint")
-    predict.add_argument("images", nargs="+")
+    predict.add_argument(
+        "images", nargs="+", help="image files (any format Pillow reads) and folders (their JPEG/PNG/BMP/GIF files)"
+    )
     predict.add_argument("--top-k", type=int, default=5)
     predict.add_argument(
         "--labels", help="file of class names, one per line (default: the run's labels.txt, else class indices)"
@@ -199,10 +202,25 @@ def run_evaluate(args):
 
 
 def run_predict(args):
-    from keras_vit.training import predict
+    from keras_vit.training import iter_predict
 
     if args.top_k < 1 or (args.crop is not None and not 0.0 < args.crop <= 1.0):
         raise ValueError("--top-k must be positive and --crop in (0, 1].")
-    images = [image_io.load_image(path, None)[0] for path in args.images]
-    for path, top in zip(args.images, predict(args.model, images, args.top_k, labels=args.labels, crop=args.crop)):
-        print(f"{path}: " + ", ".join(f"{label} {p:.3f}" for label, p in top))
+    files, read = image_io.image_files(args.images), []
+
+    def pixels():
+        # Read as the predictions go, so a long list or a big folder is never held whole.
+        for path, in_folder in files:
+            try:
+                image = image_io.load_image(path, None)[0]
+            except ValueError as error:
+                if not in_folder:
+                    raise
+                logging.getLogger("keras_vit").warning("keras_vit: skipped %s", str(error).removeprefix("cannot read "))
+                continue
+            read.append(path)
+            yield image
+
+    results = iter_predict(args.model, pixels(), args.top_k, labels=args.labels, crop=args.crop)
+    for i, top in enumerate(results):  # image i's path is in `read` once its chunk was read
+        print(f"{read[i]}: " + ", ".join(f"{label} {p:.3f}" for label, p in top), flush=True)

@@ -23,6 +23,10 @@ POSEMB_INTERPOLATIONS = ("bilinear", "bicubic", "bicubic_antialias")
 # .tflite's metadata.
 LABELS_FILE = "labels.txt"
 
+# Image files read from folders (training's class folders, `keras-vit predict FOLDER`): the
+# formats TensorFlow's decode_image reads.
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
+
 # A run directory (keras-vit train): the resolved config, the class names, the evaluation, and the
 # model files, of which the first one present is the run's model.
 RUN_CONFIG = "config.yaml"

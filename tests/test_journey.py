@@ -106,6 +106,27 @@ def test_evaluate_and_predict_from_the_run_and_from_its_keras_file(journey):
     assert same == lines
 
 
+def test_predict_on_a_folder(journey):
+    home, run_dir, images, _ = journey
+    folder = home / "folder"
+    (folder / "more").mkdir(parents=True)
+    for i, image in enumerate(images):
+        (folder / ("more" if i == 2 else "") / image.name).write_bytes(image.read_bytes())
+    (folder / "broken.png").write_text("not an image")
+    (folder / "notes.txt").write_text("not an image file name")
+    result = run(KERAS_VIT, "predict", run_dir, folder, images[0], "--top-k", "1")
+    lines = result.stdout.strip().splitlines()
+    expected = [folder / "digit0.png", folder / "digit1.png", folder / "more" / "digit2.png", images[0]]
+    assert [line.split(": ")[0] for line in lines] == [str(path) for path in expected]
+    assert [line.split(": ")[1].split()[0] for line in lines] == ["0", "1", "2", "0"]
+    assert f"keras_vit: skipped image {folder / 'broken.png'}: " in result.stderr and "notes.txt" not in result.stderr
+    (folder / "more" / "digit2.png").unlink()
+    (folder / "more" / "notes.png").mkdir()  # a folder named like an image is not one
+    failed = run(KERAS_VIT, "predict", run_dir, folder / "more", expect=2)
+    assert failed.stderr.strip().splitlines()[-1].startswith("keras-vit predict: error: ")
+    assert "holds no images" in failed.stderr
+
+
 def test_best_keras_reloads_with_keras_vit_alone_in_safe_mode(journey):
     _, run_dir, _, _ = journey
     loaded = python(f"""

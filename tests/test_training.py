@@ -709,3 +709,28 @@ def test_scale_out_options_fail_with_one_line_where_they_cannot_work(tmp_path, c
         TrainConfig(model_parallel=0)
     with pytest.raises(ValueError, match="needs hidden_size divisible by 4; this model has hidden_size=30"):
         keras_vit.distribution.check_model_parallel(keras_vit.ViTConfig(hidden_size=30, num_heads=3), 4)
+
+
+def test_predict_reads_an_iterable_one_chunk_at_a_time(tmp_path, monkeypatch):
+    from helpers import perturb
+
+    import keras_vit
+    from keras_vit.training import iter_predict, predict, run
+
+    path = tmp_path / "m.keras"
+    keras_vit.saving.save_model(perturb(keras_vit.ViT(keras_vit.ViTConfig(**SMALL_MODEL, num_classes=3))), path)
+    pictures = np.random.default_rng(0).integers(0, 256, (5, 30, 20, 3), dtype=np.uint8)
+    monkeypatch.setattr(run, "PREDICT_CHUNK", 2)
+    read = []
+
+    def lazily():
+        for picture in pictures:
+            read.append(1)
+            yield picture
+
+    results = iter_predict(path, lazily(), top_k=2)
+    first = next(results)
+    assert len(read) == 2  # the first chunk only
+    rest = list(results)
+    assert len(read) == 5 and [first, *rest] == predict(path, pictures, top_k=2)
+    assert all(len(top) == 2 and top[0][1] >= top[1][1] for top in rest)

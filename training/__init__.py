@@ -8,7 +8,7 @@ Installed as `keras_vit.training` (see `package_dir` in setup.cfg). TensorFlow-o
 """
 
 from keras_vit.training.config import TrainConfig
-from keras_vit.training.run import TrainingError, evaluate, fit, predict
+from keras_vit.training.run import TrainingError, evaluate, fit, iter_predict, predict
 from keras_vit.training.samples import export_samples
 
-__all__ = ["TrainConfig", "TrainingError", "evaluate", "export_samples", "fit", "predict"]
+__all__ = ["TrainConfig", "TrainingError", "evaluate", "export_samples", "fit", "iter_predict", "predict"]

@@ -20,8 +20,9 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
+from keras_vit.names import IMAGE_EXTENSIONS
+
 logger = logging.getLogger("keras_vit")
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
 _WARNED = set()  # (folder, count) of the unreadable-files warnings given
 
 

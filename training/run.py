@@ -179,17 +179,39 @@ def evaluate(source, dataset=None, verbose="auto"):
 
 
 def predict(source, images, top_k=5, labels=None, crop=None):
-    """Top-k `(label, probability)` lists for `images` (uint8/float `(N, H, W, 3)`, any size).
+    """Top-k `(label, probability)` lists for `images` (uint8/float `(N, H, W, 3)`, or any
+    iterable of `(H, W, 3)` images of any size), in order.
 
     `source`: a run directory, a `.keras` file or a checkpoint; `labels`: a file or list of
     class names (default: the run's `labels.txt`, else class indices); `crop`: the centre-crop
     fraction before resizing (default: the model's own, `model.image_transform`)."""
+    return list(iter_predict(source, images, top_k, labels, crop))
+
+
+# `iter_predict` resizes and classifies this many images at a time.
+PREDICT_CHUNK = 256
+
+
+def iter_predict(source, images, top_k=5, labels=None, crop=None):
+    """`predict` as a generator: each image's top-k list as soon as its chunk of
+    `PREDICT_CHUNK` images is classified. An iterable that reads its images as it goes (as
+    `keras-vit predict` passes) is then held at most one chunk at a time, resized."""
     model = saving.load_model(source)
     names = saving.label_names(source, model.config.num_classes, labels)
     transform = model.image_transform
     if crop is not None:
         transform = ImageTransform(model.config.image_size, crop, model.config.interpolation)
-    batch = np.stack([keras.ops.convert_to_numpy(transform(np.asarray(image))) for image in images])
+    chunk = []
+    for image in images:
+        chunk.append(keras.ops.convert_to_numpy(transform(np.asarray(image))))
+        if len(chunk) == PREDICT_CHUNK:
+            yield from _top_k(model, np.stack(chunk), names, top_k)
+            chunk = []
+    if chunk:
+        yield from _top_k(model, np.stack(chunk), names, top_k)
+
+
+def _top_k(model, batch, names, top_k):
     # Under a data-parallel distribution every batch must divide by its devices: blank images
     # fill the last one, and their predictions are dropped.
     multiple = batch_multiple()
