@@ -292,6 +292,11 @@ def test_empty_folder_and_foreign_run_dir(tmp_path, capsys):
     (tmp_path / "empty" / "a").mkdir(parents=True)
     assert main(["train", "--dataset", str(tmp_path / "empty"), "--run-dir", str(tmp_path / "r")]) == 2
     assert "has no readable images" in capsys.readouterr().err
+    for name in ("a", "b"):  # one image per class: nothing to evaluate on
+        (tmp_path / "empty" / name).mkdir(exist_ok=True)
+        Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(tmp_path / "empty" / name / "only.png")
+    assert main(["train", "--dataset", str(tmp_path / "empty"), "--run-dir", str(tmp_path / "r")]) == 2
+    assert "too few images to hold out an evaluation split" in capsys.readouterr().err
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "config.yaml").write_text("dataset: something else\n")
     assert main(["train", "--epochs", "1", "--run-dir", str(tmp_path / "run")]) == 2

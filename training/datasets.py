@@ -106,6 +106,10 @@ def folder(path, validation_fraction=0.2, seed=0, selection_fraction=0.0):
     files = np.array([str(path / name) for name, _ in readable])
     labels = np.array([label for _, label in readable])
     train, select, held_out = _three_way_split(labels, validation_fraction, selection_fraction, seed)
+    if not len(held_out):
+        raise ValueError(
+            f"{path} has too few images to hold out an evaluation split: a class needs at least 2 readable images."
+        )
 
     def dataset(index, shuffle=False):
         paths = tf.data.Dataset.from_tensor_slices((files[index], labels[index]))
@@ -331,4 +335,4 @@ def _stratified_split(labels, fraction, seed):
         cut = max(1, int(round(len(index) * fraction))) if len(index) > 1 else 0
         held_out += list(index[:cut])
         train += list(index[cut:])
-    return np.array(sorted(train)), np.array(sorted(held_out))
+    return np.array(sorted(train), dtype=int), np.array(sorted(held_out), dtype=int)
