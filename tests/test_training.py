@@ -739,3 +739,17 @@ def test_predict_reads_an_iterable_one_chunk_at_a_time(tmp_path, monkeypatch):
     rest = list(results)
     assert len(read) == 5 and [first, *rest] == predict(path, pictures, top_k=2)
     assert all(len(top) == 2 and top[0][1] >= top[1][1] for top in rest)
+
+
+def test_the_run_says_how_the_backend_executes_its_step(monkeypatch):
+    import keras
+
+    from keras_vit.training import run
+
+    for backend, expected in (
+        ("tensorflow", ("XLA", "graph mode (no XLA)")),
+        ("jax", ("XLA", "eager (no jit)")),
+        ("torch", ("torch.compile", "eager")),
+    ):
+        monkeypatch.setattr(keras.backend, "backend", lambda name=backend: name)
+        assert (run._execution(True), run._execution(False)) == expected

@@ -106,7 +106,7 @@ def fit(config, overwrite=False, verbose="auto"):
         "keras_vit: training on %s, global batch %d, %s",
         placement.description,
         global_batch,
-        "XLA" if model.jit_compile else "graph mode (no XLA)",
+        _execution(model.jit_compile),
     )
     _store_config(c)
     # shuffle=False: the pipeline shuffles itself (Keras warns that it ignores shuffle=True).
@@ -239,6 +239,16 @@ def _global_batch(c, replicas):
             f"use a multiple of {replicas}."
         )
     return c.global_batch_size
+
+
+def _execution(jit_compile):
+    """How the backend runs the training step, in words."""
+    backend = keras.backend.backend()
+    if backend == "torch":
+        return "torch.compile" if jit_compile else "eager"
+    if jit_compile:
+        return "XLA"
+    return "graph mode (no XLA)" if backend == "tensorflow" else "eager (no jit)"
 
 
 def _model_config(c, num_classes):
