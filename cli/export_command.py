@@ -67,7 +67,8 @@ def add_parser(subparsers):
     parser.add_argument("--eval-limit", type=int, help="held-out images to check on (2000)")
     parser.add_argument("--threads", type=int, help="LiteRT interpreter threads for the latency (2)")
     parser.add_argument("--report-dir", help="where the report goes (default: the --tflite or --saved-model dir)")
-    parser.set_defaults(run=run)
+    # SavedModel and LiteRT are TensorFlow graphs; the .keras file loads there from any backend.
+    parser.set_defaults(run=run, keras_backend="tensorflow")
 
 
 # flag -> ExportConfig field; defaults stay None so a --config file can set them.

@@ -14,7 +14,7 @@ import numpy as np
 
 from keras_vit.export import litert, metadata, report, serving
 from keras_vit.export.config import ExportConfig
-from keras_vit.export.source import ExportError
+from keras_vit.export.source import ExportError, require_tensorflow_backend
 
 logger = logging.getLogger("keras_vit")
 LATENCY_NOTE = "median of 20 batch-1 runs (LiteRT: ai_edge_litert, {threads} threads; SavedModel: TensorFlow)"
@@ -25,6 +25,7 @@ def export(source, config=None, **options):
     fields, given instead or overriding it) and returns the report, also written as
     `export_report.json`/`.md` with the config as `export_config.yaml` to the report directory
     (default: the TFLite, else the SavedModel directory)."""
+    require_tensorflow_backend()
     if config is None:
         config = ExportConfig(**options)
     elif options:

@@ -4,7 +4,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
-from keras_vit.export.source import ExportError
+from keras_vit.export.source import ExportError, require_tensorflow_backend
 
 # A GraphDef is a protocol buffer, which cannot exceed 2 GiB; leave room for the ops.
 MAX_FROZEN_BYTES = 2**31 - 2**27
@@ -26,6 +26,7 @@ def freeze(model):
     Raises ExportError for models with several inputs or weights over the 2 GiB graph limit
     (ViT-H/14 in float32).
     """
+    require_tensorflow_backend()
     if len(model.inputs or []) != 1:
         raise ExportError(f"freezing needs a model with one image input; {model.name} has {len(model.inputs or [])}.")
     if not fits(model):

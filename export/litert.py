@@ -9,7 +9,7 @@ from typing import NamedTuple
 import numpy as np
 import tensorflow as tf
 
-from keras_vit.export.source import ExportError
+from keras_vit.export.source import ExportError, require_tensorflow_backend
 from keras_vit.names import LITERT_MODES as MODES
 
 logger = logging.getLogger("keras_vit")
@@ -46,6 +46,8 @@ class ClassifierModule(tf.Module):
 
 
 def keras_module(model):
+    """`model` (a keras_vit ViT, TensorFlow backend) as the `ClassifierModule` `convert` takes."""
+    require_tensorflow_backend()
     return ClassifierModule(
         lambda x: model(x, training=False), [v.value for v in model.variables], model.config.image_size
     )

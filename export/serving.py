@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from keras_vit.export import frozen
 from keras_vit.export.config import saved_model_policy
-from keras_vit.export.source import ExportError
+from keras_vit.export.source import ExportError, require_tensorflow_backend
 from keras_vit.names import LABELS_FILE
 from keras_vit.saving import inference_copy
 
@@ -110,6 +110,7 @@ def save_serving_model(
     `directory/models.config`. `precision` ("float32" or "bfloat16"; None: the model's own) and
     `freeze` (weights as graph constants: faster on CPU, graphs up to 2 GiB; None: for
     bfloat16) as in `serving_model`. Returns the version directory."""
+    require_tensorflow_backend()
     base = Path(directory) / name
     existing = sorted(int(p.name) for p in base.glob("*") if p.name.isdigit()) if base.is_dir() else []
     version = (existing[-1] + 1 if existing else 1) if version is None else int(version)

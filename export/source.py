@@ -17,6 +17,16 @@ class ExportError(ValueError):
     """Bad export input (printed by the CLI as one line)."""
 
 
+def require_tensorflow_backend():
+    """Raises ExportError unless Keras runs on TensorFlow: SavedModels, frozen graphs and LiteRT
+    files are traced from the model as TensorFlow graphs."""
+    if keras.backend.backend() != "tensorflow":
+        raise ExportError(
+            f"exporting needs Keras's TensorFlow backend, not {keras.backend.backend()}: set KERAS_BACKEND=tensorflow "
+            "(a .keras file saved under any backend loads there)."
+        )
+
+
 @dataclasses.dataclass
 class ExportSource:
     """A model to export and the data the report needs.

@@ -441,6 +441,18 @@ def test_frozen_mixed_bfloat16_model_equals_its_graph_and_bad_models_fail_clearl
     with pytest.raises(ExportError, match="limited to 2 GiB"):
         frozen.freeze(source.model)
 
+    from keras_vit.export import export, keras_module, save_serving_model
+
+    monkeypatch.setattr(keras.backend, "backend", lambda: "jax")
+    for call in (
+        lambda: export(source, tflite_dir="unused"),
+        lambda: save_serving_model(source, "unused"),
+        lambda: frozen.freeze(source.model),
+        lambda: keras_module(source.model),
+    ):
+        with pytest.raises(ExportError, match="needs Keras's TensorFlow backend, not jax: set KERAS_BACKEND"):
+            call()
+
 
 def test_bad_input_gives_one_line_and_leaves_nothing_half_written(source, run_dir, tmp_path, capsys, monkeypatch):
     from keras_vit.export import ExportConfig, ExportError, ExportSource, export, litert

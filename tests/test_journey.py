@@ -301,6 +301,11 @@ def test_verbs_without_tensorflow_code_on_other_backends(journey, backend):
     out = home / f"rollout_{backend}.png"
     run(KERAS_VIT, "visualize", run_dir, images[0], "--method", "rollout", "--out", out, backend=backend)
     assert out.is_file()
+    # export traces TensorFlow graphs: the command switches to that backend and says so
+    target = home / f"tflite_{backend}"
+    exported = run(KERAS_VIT, "export", converted, "--tflite", target, "--quantize", "float32", backend=backend)
+    assert f"keras-vit export: runs on Keras's tensorflow backend (KERAS_BACKEND={backend} " in exported.stderr
+    assert (target / "vit_float32.tflite").is_file()
 
 
 def test_bad_input_along_the_journey_gets_one_line(journey, tmp_path):
