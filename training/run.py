@@ -45,8 +45,6 @@ def fit(config, overwrite=False, verbose="auto"):
     chief = placement.is_chief
     # Other workers and processes keep only their own resume state, in worker_N/backup.
     backup_dir = run_dir / "backup" if chief else run_dir / f"worker_{placement.task_index}" / "backup"
-    if chief:
-        (run_dir / LABELS_FILE).write_text("\n".join(source.class_names) + "\n")
     # The small digits model on one device runs fastest under XLA, many steps per call (Keras's
     # multi-step loop fails under tf.distribute's Mirrored strategies; under PyTorch it takes one
     # step per call and jit_compile means torch.compile).
@@ -109,6 +107,8 @@ def fit(config, overwrite=False, verbose="auto"):
         _execution(model.jit_compile),
     )
     _store_config(c)
+    if chief:
+        (run_dir / LABELS_FILE).write_text("\n".join(source.class_names) + "\n")
     # shuffle=False: the pipeline shuffles itself (Keras warns that it ignores shuffle=True).
     model.fit(
         train,
@@ -276,8 +276,9 @@ EXECUTION_FIELDS = ("jit_compile", "steps_per_execution", "checkpoint_interval")
 
 
 def _prepare_run_dir(c, overwrite):
-    """Creates the run directory, or checks that an existing one belongs to this config (only
-    `EXECUTION_FIELDS` may differ; `_store_config` then writes the new values)."""
+    """Checks that an existing run directory belongs to this config (only `EXECUTION_FIELDS`
+    may differ; `_store_config` then writes the new values), or empties it with `overwrite`.
+    `_store_config` creates it."""
     run_dir = Path(c.run_dir)
     stored = run_dir / CONFIG_FILE
     text = _config_text(c)
@@ -298,13 +299,14 @@ def _prepare_run_dir(c, overwrite):
                 if (run_dir / name).exists():
                     os.unlink(run_dir / name)
             shutil.rmtree(run_dir / "backup", ignore_errors=True)
-    run_dir.mkdir(parents=True, exist_ok=True)
     return run_dir
 
 
 def _store_config(c):
-    """Writes the run's `config.yaml`: once the run is about to train, so a command stopped by
-    bad input leaves no config that would refuse the corrected command."""
+    """Writes the run's `config.yaml`, creating the directory: once the run is about to train,
+    so a command stopped by bad input leaves neither a directory nor a config that would refuse
+    the corrected command."""
+    Path(c.run_dir).mkdir(parents=True, exist_ok=True)
     (Path(c.run_dir) / CONFIG_FILE).write_text(_config_text(c))
 
 
