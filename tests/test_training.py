@@ -239,12 +239,14 @@ def test_tfds_pipelines_with_mock_data(tmp_path, monkeypatch, name, split):
     assert result["num_examples"] == source.num_eval > 0 and result["selected_on"] == source.num_select
 
 
-def test_tfds_offline_and_unknown_fail_fast(monkeypatch, tmp_path):
+def test_tfds_offline_and_unknown_fail_fast(monkeypatch, tmp_path, caplog):
     monkeypatch.setenv("TFDS_DATA_DIR", str(tmp_path))
+    caplog.set_level(logging.WARNING)
     start = time.perf_counter()
     with pytest.raises(ValueError, match=r"tfds:cifar10 is not prepared .* offline; run `tfds build cifar10`"):
         datasets.tfds_source("cifar10")
     assert time.perf_counter() - start < 15
+    assert not [r.getMessage() for r in caplog.records if r.name == "absl"]  # the error is the one line
     with pytest.raises(ValueError, match=r"unknown tensorflow-datasets dataset 'cifar11'; did you mean tfds:cifar10"):
         datasets.tfds_source("cifar11")
 

@@ -235,8 +235,17 @@ def tfds_source(name, train_split=None, eval_split=None, selection_fraction=0.0)
         close = difflib.get_close_matches(base, known, n=3)
         hint = f"; did you mean {', '.join('tfds:' + c for c in close)}?" if close else "."
         raise ValueError(f"unknown tensorflow-datasets dataset {name!r}{hint}")
-    builder = tfds.builder(name, try_gcs=False)
-    if not builder.is_prepared():
+    # tfds warns through absl that a missing version folder has no dataset_info.json; the error
+    # below says what to do instead.
+    absl_logger = logging.getLogger("absl")
+    level = absl_logger.level
+    absl_logger.setLevel(logging.ERROR)
+    try:
+        builder = tfds.builder(name, try_gcs=False)
+        prepared = builder.is_prepared()
+    finally:
+        absl_logger.setLevel(level)
+    if not prepared:
         if not network_available():
             manual = (
                 " (it needs a manual download into ~/tensorflow_datasets/downloads/manual)"
