@@ -56,6 +56,21 @@ class ViT(keras.Model):
         _check_images(getattr(inputs, "shape", None), self.config)
         return super().call(inputs, training=training, mask=mask)
 
+    # Keras's loops on JAX clear the weights' values while a step runs; an error raised inside
+    # it (as a wrong image size is, when traced) would leave them cleared and the model unusable.
+    # So the images are checked before the loop starts.
+    def fit(self, x=None, *args, **kwargs):
+        _check_images(_input_shape(x), self.config)
+        return super().fit(x, *args, **kwargs)
+
+    def evaluate(self, x=None, *args, **kwargs):
+        _check_images(_input_shape(x), self.config)
+        return super().evaluate(x, *args, **kwargs)
+
+    def predict(self, x, *args, **kwargs):
+        _check_images(_input_shape(x), self.config)
+        return super().predict(x, *args, **kwargs)
+
     def predict_on_batch(self, x):
         """Logits of one batch as NumPy. On the JAX backend this runs a jitted stateless call
         with the weights as arguments (`keras_vit.jax_predict`): the same numbers as Keras's
@@ -267,6 +282,18 @@ class _Parts:
         if self.pre_logits is not None:
             x = self.pre_logits(x)
         return self.classifier(x) if self.classifier is not None else x
+
+
+def _input_shape(x):
+    """The image batch shape of a `fit`/`evaluate`/`predict` input: an array's, or a tf.data
+    dataset's element spec (the images of an `(images, labels)` pair); None when unknown."""
+    spec = getattr(x, "element_spec", None)
+    if spec is not None:
+        x = spec[0] if isinstance(spec, (tuple, list)) else spec
+    shape = getattr(x, "shape", None)
+    if shape is None or getattr(shape, "rank", 0) is None:  # TensorFlow's shape of unknown rank
+        return None
+    return tuple(shape)
 
 
 def _check_images(shape, config):

@@ -234,6 +234,17 @@ def test_bad_images_name_the_fix(shape, message):
         model(x)
     with pytest.raises(ValueError, match=message):
         model.predict(x, verbose=0)
+    # Checked before Keras's loops start (on JAX an error inside a step left the weights cleared)
+    model.compile(loss="mse")
+    classes = model.config.num_classes
+    labels = np.zeros((len(x), classes), "float32")
+    with pytest.raises(ValueError, match=message):
+        model.evaluate(x, labels, verbose=0)
+    with pytest.raises(ValueError, match=message):
+        model.fit(x, labels, epochs=1, verbose=0)
+    good = np.zeros((2, 32, 32, 3), "float32")
+    assert model.predict(good, verbose=0).shape == (2, classes)
+    assert model.resized(64).predict(np.zeros((1, 64, 64, 3), "float32"), verbose=0).shape == (1, classes)
 
 
 def test_patch_embedding_rejects_indivisible_input():
