@@ -31,9 +31,11 @@ def run(args):
     from keras_vit import inspect, plot
     from keras_vit.saving import load_model
 
+    if args.class_index is not None and args.method in names.ATTENTION_METHODS:
+        raise ValueError(f"--class-index applies to the saliency methods; {args.method} shows the attention itself.")
     model = load_model(args.model)
     pixels = np.stack([image_io.load_image(path, model.image_transform)[0] for path in args.images])
-    names = [Path(p).name for p in args.images]
+    image_names = [Path(p).name for p in args.images]
     if args.method == "attention":
         maps = inspect.class_token_attention(model, pixels)
         outs = [_numbered(args.out, i, len(pixels)) for i in range(len(pixels))]
@@ -47,7 +49,7 @@ def run(args):
 
             maps, title = saliency_maps(model, pixels, args.method, args.class_index), args.method
         predicted = np.argmax(model.predict(pixels, verbose=0), axis=-1) if model.config.num_classes else None
-        labels = [f"{n} (class {c})" for n, c in zip(names, predicted)] if predicted is not None else names
+        labels = [f"{n} (class {c})" for n, c in zip(image_names, predicted)] if predicted is not None else image_names
         outs = [plot.heatmap_overlays(pixels, maps, args.out, title, labels)]
     for out in outs:
         print(f"wrote {out}")

@@ -32,26 +32,31 @@ def saliency_maps(model, images, method="gradcam++", class_index=None, scorecam_
     except ImportError:
         raise ValueError("saliency maps need tf-keras-vis: pip install 'keras-vit[inspect]'.") from None
     images = np.asarray(images, dtype="float32")
+    classes = model.output_shape[-1]
     if class_index is None:
         class_index = np.argmax(model.predict(images, verbose=0), axis=-1)
+    elif not 0 <= int(class_index) < classes:
+        raise ValueError(
+            f"class index {class_index} is out of range: the model has {classes} classes (0 to {classes - 1})."
+        )
     score = CategoricalScore(np.broadcast_to(class_index, (len(images),)).tolist())
-    if method in ("saliency", "smoothgrad"):
-        noise = dict(smooth_samples=20, smooth_noise=0.2) if method == "smoothgrad" else {}
-        maps = Saliency(model, clone=False)(score, images, **noise)
-    else:
-        cam = dict(penultimate_layer=CAM_LAYER, seek_penultimate_conv_layer=False)
-        if method == "gradcam++":
-            maps = GradcamPlusPlus(model, clone=False)(score, images, **cam)
-        else:
-            # Scorecam runs model.predict on its masked inputs, given as a list and with Keras's
-            # progress bar: neither the structure warning nor the bar is the user's to act on.
-            interactive = keras.utils.is_interactive_logging_enabled()
-            keras.utils.disable_interactive_logging()
-            try:
-                with warnings.catch_warnings():
-                    warnings.filterwarnings("ignore", message="The structure of `inputs` doesn't match")
+    # tf-keras-vis calls the model on a list of inputs, and Scorecam runs model.predict with
+    # Keras's progress bar: neither the structure warning nor the bar is the user's to act on.
+    interactive = keras.utils.is_interactive_logging_enabled()
+    keras.utils.disable_interactive_logging()
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="The structure of `inputs` doesn't match")
+            if method in ("saliency", "smoothgrad"):
+                noise = dict(smooth_samples=20, smooth_noise=0.2) if method == "smoothgrad" else {}
+                maps = Saliency(model, clone=False)(score, images, **noise)
+            else:
+                cam = dict(penultimate_layer=CAM_LAYER, seek_penultimate_conv_layer=False)
+                if method == "gradcam++":
+                    maps = GradcamPlusPlus(model, clone=False)(score, images, **cam)
+                else:
                     maps = Scorecam(model, clone=False)(score, images, max_N=scorecam_channels, **cam)
-            finally:
-                if interactive:
-                    keras.utils.enable_interactive_logging()
+    finally:
+        if interactive:
+            keras.utils.enable_interactive_logging()
     return np.asarray(maps, dtype="float32").reshape(images.shape[:3])

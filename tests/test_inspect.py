@@ -220,6 +220,10 @@ def test_inspect_command_writes_every_figure(digits_model, tmp_path):
     [
         (["visualize", "missing.keras", "x.png", "--out", "o.png"], "model file not found: missing.keras"),
         (["inspect", ".", "--out", "figs"], "has no best.keras or last.keras"),
+        (
+            ["visualize", "m.keras", "x.png", "--class-index", "3", "--out", "o.png"],
+            "--class-index applies to the saliency methods; rollout shows the attention itself",
+        ),
     ],
 )
 def test_visualize_and_inspect_bad_input(argv, message, tmp_path, monkeypatch, capsys):
@@ -245,6 +249,16 @@ def test_saliency_rejects_unknown_method():
 
     with pytest.raises(ValueError, match="unknown saliency method 'lime'; choose from saliency, smoothgrad"):
         saliency_maps(None, np.zeros((1, 32, 32, 3)), "lime")
+
+
+@pytest.mark.tensorflow_only
+@pytest.mark.parametrize("class_index", [7, -1])
+def test_saliency_rejects_a_class_the_model_has_not(class_index):
+    from keras_vit.saliency import saliency_maps
+
+    model = keras_vit.ViT(tiny_config())
+    with pytest.raises(ValueError, match=r"class index -?\d+ is out of range: the model has 7 classes \(0 to 6\)"):
+        saliency_maps(model, np.zeros((1, 32, 32, 3)), "saliency", class_index=class_index)
 
 
 def test_mean_pooled_models_read_out_the_mean_of_the_token_rows():
