@@ -193,7 +193,13 @@ def read_yaml_options(path, what):
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"config file not found: {path}")
-    values = yaml.safe_load(path.read_text()) or {}
+    try:
+        values = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(error, "problem", None) or type(error).__name__
+        raise ValueError(f"{path} is not valid YAML{where}: {problem}.") from None
     if not isinstance(values, dict):
         raise ValueError(f"{path}: expected a mapping of {what}s.")
     return values

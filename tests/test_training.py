@@ -417,6 +417,12 @@ def test_yaml_config_with_flag_override(tmp_path):
     path.write_text("epoch: 3\n")
     with pytest.raises(ValueError, match="unknown training option"):
         TrainConfig.from_yaml(path)
+    path.write_text("epochs: [3\n")  # a typo a user makes: one line naming where, not a traceback
+    with pytest.raises(ValueError, match=r"train.yaml is not valid YAML at line 2, column 1: expected ','"):
+        TrainConfig.from_yaml(path)
+    path.write_text("- epochs\n")
+    with pytest.raises(ValueError, match="expected a mapping of training options"):
+        TrainConfig.from_yaml(path)
 
 
 def _run_cli(args, env_extra=None):
