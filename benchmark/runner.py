@@ -3,6 +3,7 @@
 import datetime
 import importlib
 import json
+import tempfile
 from pathlib import Path
 
 from keras_vit.benchmark import machine, suite
@@ -40,6 +41,8 @@ def run_suite(
         raise ValueError(f"unknown implementation {unknown[0]!r} in --against; choose from {', '.join(COMPETITORS)}.")
     if repeats < 5:
         raise ValueError(f"repeats must be at least 5 (the median of >= 5 timed runs); got {repeats}.")
+    if out is not None:
+        _check_writable(out)
     backend = keras.backend.backend()
     if backend != "tensorflow":  # LiteRT and the tf.data pipeline need TensorFlow
         kinds = tuple(k for k in kinds if k in ("inference", "training"))
@@ -104,3 +107,17 @@ def _timm_modes(notes, log):
     )
     log(notes[-1])
     return lambda mode: not mode.endswith("_bf16")
+
+
+def _check_writable(out):
+    """Creates the folder of `out` and checks that a file can be written there: before the
+    suite's timing (48 minutes for `full` on 2 cores), not after it."""
+    out, folder = Path(out), Path(out).parent
+    if out.is_dir():
+        raise ValueError(f"{out} is a folder; give the results file, e.g. {out / 'results.json'}.")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        raise ValueError(f"cannot write the results to {out}: {error.strerror or error}.") from None

@@ -514,6 +514,29 @@ def test_benchmark_bad_input(argv, message, tmp_path, capsys):
     assert not (tmp_path / "r.json").exists()
 
 
+@pytest.mark.tensorflow_only
+def test_benchmark_output_checked_before_timing(tmp_path, capsys, monkeypatch):
+    from keras_vit.benchmark import machine
+    from keras_vit_cli import main
+
+    def no_timing(threads):
+        raise AssertionError("the suite started before its output was checked")
+
+    monkeypatch.setattr(machine, "fma_probe", no_timing)
+    (tmp_path / "file").write_text("a file, not a folder")
+    for out, message in (
+        (tmp_path, "is a folder; give the results file"),
+        (tmp_path / "file" / "r.json", f"cannot write the results to {tmp_path / 'file' / 'r.json'}: "),
+    ):
+        assert main(["benchmark", "--kinds", "pipeline", "--out", str(out)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], err
+    # a new folder is made for the results
+    with pytest.raises(AssertionError, match="before its output was checked"):
+        main(["benchmark", "--kinds", "pipeline", "--out", str(tmp_path / "new" / "r.json")])
+    assert (tmp_path / "new").is_dir() and not list((tmp_path / "new").iterdir())
+
+
 @pytest.mark.slow
 @pytest.mark.tensorflow_only
 def test_quick_suite_end_to_end(tmp_path, capsys):
