@@ -156,7 +156,7 @@ def run_train(args):
     if args.jit_compile is not None:
         values["jit_compile"] = args.jit_compile
     config = TrainConfig.from_yaml(args.config, **values) if args.config else TrainConfig(**values)
-    if args.image_size:
+    if args.image_size is not None:
         config = dataclasses.replace(config, model={**config.model, "image_size": args.image_size})
     _join_processes(args)
     _show_run_log()

@@ -11,11 +11,11 @@ OFFICIAL_STD = (127.5, 127.5, 127.5)
 
 
 def _pair(value, name):
-    if isinstance(value, int):
-        return (value, value)
-    value = tuple(value)
+    value = (value, value) if isinstance(value, int) else tuple(value)
     if len(value) != 2 or not all(isinstance(v, int) for v in value):
         raise ValueError(f"`{name}` must be an int or a pair of ints (height, width); got {value!r}.")
+    if min(value) < 1:
+        raise ValueError(f"`{name}` must be positive; got {value[0] if value[0] == value[1] else value!r}.")
     return value
 
 
@@ -114,7 +114,7 @@ class ViTConfig:
             raise ValueError(f"`classifier` must be one of {POOLING_MODES}; got {self.classifier!r}.")
         feature = self.feature_size
         for axis, (size, patch) in enumerate(zip(feature, self.patch_size)):
-            if patch < 1 or size % patch:
+            if size % patch:
                 which = "height" if axis == 0 else "width"
                 stride = "" if self.resnet_layers is None else f" (ResNet feature map of {feature})"
                 raise ValueError(

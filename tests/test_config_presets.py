@@ -76,6 +76,9 @@ def test_overrides_and_grid():
         (dict(num_classes=-1), r"num_classes"),
         (dict(channels=1), r"one value per channel"),
         (dict(image_size=(224, 224, 3)), r"pair of ints"),
+        (dict(image_size=0), r"`image_size` must be positive; got 0\."),  # 0 % 16 == 0 passed before
+        (dict(image_size=(224, -32)), r"`image_size` must be positive; got \(224, -32\)"),
+        (dict(patch_size=0), r"`patch_size` must be positive; got 0\."),
     ],
 )
 def test_bad_config_values(fields, message):

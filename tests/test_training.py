@@ -257,6 +257,7 @@ def test_tfds_offline_and_unknown_fail_fast(monkeypatch, tmp_path, caplog):
         (["--dataset", "/no/such/folder"], "unknown dataset '/no/such/folder'"),
         (["--dataset", "tfds:imagenett"], "did you mean tfds:imagenette"),
         (["--selection-fraction", "1"], "selection_fraction must be in [0, 1); got 1.0"),
+        (["--image-size", "0"], "`image_size` must be positive; got 0."),  # was taken as "not given"
         (["--steps-per-execution", "8"], "steps_per_execution 8 does not divide the 44 steps of an epoch"),
         (
             ["--recipe", "pretrain", "--preset", "vit_ti16", "--image-size", "230", "--dataset", "digits"],
