@@ -30,7 +30,13 @@ _FLAGS = {
     ),
     "--preset": ("preset", dict(help="model preset (default: the digits model, or set one for other data)")),
     "--image-size": ("image_size", dict(type=int, help="input resolution (position embeddings resampled)")),
-    "--weights": ("weights", dict(help="checkpoint to start from (file or known name; finetune)")),
+    "--weights": (
+        "weights",
+        dict(
+            help="checkpoint to start from: a file, known name, .keras model or run directory "
+            "(without --preset: its architecture)"
+        ),
+    ),
     "--recipe": ("recipe", dict(choices=names.RECIPES, help="pretrain: AdamW; finetune: SGD")),
     "--protocol": (
         "protocol",

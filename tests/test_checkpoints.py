@@ -280,6 +280,34 @@ def test_truncated_corrupt_and_unknown_files(tmp_path):
         keras_vit.load_weights(model, tmp_path / "weights.h5")
 
 
+def test_keras_files_and_training_runs_are_checkpoints_too(tmp_path):
+    """A `.keras` model or a keras-vit run directory (its best.keras) loads bit-exactly, gives
+    its config, and fine-tunes like any checkpoint: a new head, another grid (non-square kept)."""
+    model = perturb(keras_vit.ViT(tiny_config(image_size=(56, 64))))
+    run = tmp_path / "run"
+    run.mkdir()
+    keras_vit.saving.save_model(model, run / "best.keras")
+    for source in (run, run / "best.keras"):
+        same = keras_vit.ViT(model.config)
+        assert keras_vit.load_weights(same, source) == []
+        for a, b in zip(same.weights, model.weights):
+            np.testing.assert_array_equal(keras.ops.convert_to_numpy(a), keras.ops.convert_to_numpy(b))
+        assert keras_vit.checkpoints.config_fields(source) == model.config.to_dict()
+    tuned = keras_vit.ViT.from_checkpoint(run, num_classes=3, image_size=64)
+    assert not np.any(keras.ops.convert_to_numpy(tuned.get_layer("head").kernel))
+    expected = keras_vit.resample_position_embeddings(
+        keras.ops.convert_to_numpy(model.get_layer("position_embedding").embedding), (8, 8), (7, 8), 1
+    )
+    got = keras.ops.convert_to_numpy(tuned.get_layer("position_embedding").embedding)
+    np.testing.assert_allclose(got, expected, atol=1e-6)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CheckpointError, match=r"empty is a folder without .*best.keras/last.keras"):
+        keras_vit.load_weights(same, tmp_path / "empty")
+    (tmp_path / "bad.keras").write_bytes(b"not a zip")
+    with pytest.raises(ValueError, match=r"cannot load .*bad.keras"):
+        keras_vit.load_weights(same, tmp_path / "bad.keras")
+
+
 def _write_safetensors(path, tensors, dtype="F32"):
     header, chunks, offset = {}, [], 0
     for name, value in tensors.items():

@@ -212,6 +212,42 @@ def test_image_folder_skips_corrupt_files_and_trains(tmp_path, caplog, monkeypat
     assert result["num_examples"] == source.num_eval
 
 
+def test_finetune_from_a_run_or_its_keras_file_takes_their_architecture(tmp_path, caplog):
+    """`weights` may be a keras-vit run (its best.keras) or a .keras file. With no preset the run
+    fine-tunes the architecture they hold (not ViTConfig's defaults), with a zero head for the new
+    data's classes and the position embeddings resampled to the run's image size."""
+    import keras
+
+    import keras_vit
+
+    fit(TrainConfig(run_dir=str(tmp_path / "base"), model=SMALL_MODEL, epochs=1), verbose=0)
+    base = keras_vit.saving.load_model(tmp_path / "base")
+    _write_folder(tmp_path / "data")
+    for name, weights in (("from_run", tmp_path / "base"), ("from_file", tmp_path / "base" / "best.keras")):
+        tuned = TrainConfig(
+            dataset=str(tmp_path / "data"),
+            run_dir=str(tmp_path / name),
+            weights=str(weights),
+            recipe="finetune",
+            model={"image_size": 20},
+            learning_rate=1e-9,  # the tuned weights stay the loaded ones to within 1e-5
+            epochs=1,
+            batch_size=4,
+            validation_fraction=0.34,
+        )
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="keras_vit"):
+            fit(tuned, verbose=0)
+        assert "new zero head (32, 2)" in caplog.text and "resampled from a 4x4 to a 5x5 grid" in caplog.text
+        model = keras_vit.saving.load_model(tmp_path / name)
+        assert model.config == dataclasses.replace(base.config, image_size=(20, 20), num_classes=2)
+        np.testing.assert_allclose(
+            keras.ops.convert_to_numpy(model.get_layer("block_0").mlp.fc1.kernel),
+            keras.ops.convert_to_numpy(base.get_layer("block_0").mlp.fc1.kernel),
+            atol=1e-5,
+        )
+
+
 @pytest.mark.parametrize("name, split", [("cifar10", "train"), ("oxford_flowers102", "train")])
 def test_tfds_pipelines_with_mock_data(tmp_path, monkeypatch, name, split):
     import tensorflow_datasets as tfds
@@ -476,8 +512,8 @@ from keras_vit.training import TrainConfig, fit
 from keras_vit.training import run
 captured = {{}}
 original = run._build_model
-def build(c, n):
-    captured["model"] = original(c, n)
+def build(c, config):
+    captured["model"] = original(c, config)
     return captured["model"]
 run._build_model = build
 fit(TrainConfig(run_dir={str(tmp_path / "run")!r}, model={SMALL_MODEL!r}, epochs=1, strategy="mirrored"), verbose=0)
@@ -622,7 +658,7 @@ def test_ema_saves_the_moving_average_of_the_weights(tmp_path):
     import keras
 
     import keras_vit
-    from keras_vit.training.run import _build_model
+    from keras_vit.training.run import _build_model, _model_config
 
     def saved(name, **options):
         config = TrainConfig(run_dir=str(tmp_path / name), model=SMALL_MODEL, epochs=2, **options)
@@ -632,7 +668,7 @@ def test_ema_saves_the_moving_average_of_the_weights(tmp_path):
 
     config = TrainConfig(model=SMALL_MODEL).resolved()
     keras.utils.set_random_seed(config.seed)  # as fit does before building the model
-    initial = [keras.ops.convert_to_numpy(w) for w in _build_model(config, 10).weights]
+    initial = [keras.ops.convert_to_numpy(w) for w in _build_model(config, _model_config(config, 10)).weights]
     moved = max(np.abs(a - b).max() for a, b in zip(saved("raw"), initial))
     averaged = max(np.abs(a - b).max() for a, b in zip(saved("ema", ema=0.999999), initial))
     assert moved > 1e-2 and averaged < 1e-4, (moved, averaged)

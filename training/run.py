@@ -1,5 +1,6 @@
 """`fit`, `evaluate` and `predict`: the training application's Python API."""
 
+import dataclasses
 import json
 import logging
 import os
@@ -35,7 +36,8 @@ def fit(config, overwrite=False, verbose="auto"):
     the same config, an interrupted run resumes where its last completed epoch left it.
     """
     c = config.resolved()
-    _model_config(c, num_classes=2)  # a bad preset or model field fails before the run directory is touched
+    # A bad preset, model field or checkpoint fails before the run directory is touched.
+    model_config = _model_config(c, num_classes=2)
     run_dir = _prepare_run_dir(c, overwrite)
     placement = make_placement(c)  # first: multi-worker collectives must be set up before any op
     keras.utils.set_random_seed(c.seed)
@@ -52,7 +54,7 @@ def fit(config, overwrite=False, verbose="auto"):
     jit_compile = (placement.prefers_jit or small) if c.jit_compile is None else c.jit_compile
     steps_per_call = recipes.steps_per_call(c.steps_per_execution, steps_per_epoch, small)
     with placement.scope():
-        model = _build_model(c, len(source.class_names))
+        model = _build_model(c, dataclasses.replace(model_config, num_classes=len(source.class_names)))
         model.compile(
             optimizer=recipes.build_optimizer(c, steps_per_epoch, global_batch, epochs),
             loss=keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=c.label_smoothing),
@@ -252,20 +254,26 @@ def _execution(jit_compile):
 
 
 def _model_config(c, num_classes):
-    """The run's `ViTConfig`; raises ValueError for an unknown preset, a bad model field or a
+    """The run's `ViTConfig`: the preset's, else the architecture of the checkpoint it starts
+    from (a `.keras` model or a run's included), else `ViTConfig`'s; `model` fields over it.
+    Raises ValueError for an unknown preset, a bad model field, an unreadable checkpoint or a
     model the run's `model_parallel` cannot split."""
-    # A known checkpoint's resolution unless the run sets one (its head and pre-logits are
-    # replaced by the new zero head, as the paper fine-tunes).
-    known_size = {k: v for k, v in known.settings(c.weights, c.preset).items() if k == "image_size"}
-    fields = {**known_size, **c.model, "num_classes": num_classes}
+    if c.preset or not c.weights:
+        # A known checkpoint's resolution unless the run sets one.
+        base = {k: v for k, v in known.settings(c.weights, c.preset).items() if k == "image_size"}
+    else:
+        base = keras_vit.checkpoints.config_fields(c.weights)
+    # The checkpoint's head and pre-logits give way to a new zero head, as the paper fine-tunes.
+    base = {k: v for k, v in base.items() if k not in ("num_classes", "representation_size")}
+    fields = {**base, **c.model, "num_classes": num_classes}
     config = keras_vit.get_config(c.preset, **fields) if c.preset else keras_vit.ViTConfig(**fields)
     keras_vit.distribution.check_model_parallel(config, c.model_parallel)
     return config
 
 
-def _build_model(c, num_classes):
+def _build_model(c, config):
     dtype = None if c.precision == "float32" else c.precision
-    model = keras_vit.ViT(_model_config(c, num_classes), dtype=dtype)
+    model = keras_vit.ViT(config, dtype=dtype)
     if c.weights:  # fine-tuning: a fresh zero head, position embeddings resampled (see load_weights)
         keras_vit.load_weights(model, c.weights)
     return model

@@ -1,6 +1,7 @@
-"""Pretrained checkpoints: official/big_vision .npz, timm and Hugging Face weights.
+"""Pretrained checkpoints: official/big_vision .npz, timm and Hugging Face weights, and keras_vit's
+own `.keras` models and training runs (to fine-tune a model trained here).
 
-keras_vit.load_weights(model, "ViT-B_16.npz")       # file, HF folder or known name
+keras_vit.load_weights(model, "ViT-B_16.npz")       # file, HF folder, known name, .keras or run dir
 keras_vit.save_npz(model, "finetuned.npz")          # the official layout, readable by timm
 keras_vit.ViT.from_checkpoint("model.safetensors")  # config read off the checkpoint
 """
@@ -10,10 +11,12 @@ from pathlib import Path
 
 import numpy as np
 
+from keras_vit import saving
 from keras_vit.checkpoints import huggingface, official, timm
 from keras_vit.checkpoints.assign import assign, export
 from keras_vit.checkpoints.files import CheckpointError, read_tensors, write_npz
 from keras_vit.checkpoints.known import KNOWN_CHECKPOINTS, fetch
+from keras_vit.names import RUN_CHECKPOINTS
 
 __all__ = [
     "CheckpointError",
@@ -46,8 +49,13 @@ def resolve(source):
 def read_checkpoint(source, infer_config=True):
     """Reads any supported checkpoint -> `(weights, fields, kind)`: weights keyed by keras_vit
     variable path, the ViTConfig fields it implies (None unless `infer_config`), and
-    "official", "timm" or "huggingface"."""
+    "official", "timm", "huggingface" or "keras" (a `.keras` model or a training run directory,
+    whose `best.keras`, else `last.keras`, is read)."""
     path = resolve(source)
+    if path.suffix == ".keras" or (path.is_dir() and any((path / name).is_file() for name in RUN_CHECKPOINTS)):
+        model = saving.load_model(path)
+        weights = {**export(model), official.GRID_PATH: np.asarray(model.config.grid_size, "int32")}
+        return weights, (model.config.to_dict() if infer_config else None), "keras"
     tensors, hf_config = read_tensors(path)
     if official.is_official(tensors):
         tensors = official.normalise(tensors)

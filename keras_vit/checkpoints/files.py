@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
+from keras_vit.names import RUN_CHECKPOINTS
+
 
 class CheckpointError(ValueError):
     """A checkpoint that cannot be read or does not fit the model."""
@@ -42,7 +44,10 @@ def read_tensors(path):
         hf_config = _read_json(path / "config.json")
         found = [path / name for name in HF_WEIGHT_FILES if (path / name).is_file()]
         if not found:
-            raise CheckpointError(f"{path} is a folder without {' or '.join(HF_WEIGHT_FILES)}.")
+            raise CheckpointError(
+                f"{path} is a folder without {' or '.join(HF_WEIGHT_FILES)} (a Hugging Face model) "
+                f"or {'/'.join(RUN_CHECKPOINTS)} (a keras-vit training run)."
+            )
         path = found[0]
     elif (path.parent / "config.json").is_file() and path.name in HF_WEIGHT_FILES:
         hf_config = _read_json(path.parent / "config.json")
@@ -55,7 +60,7 @@ def read_tensors(path):
         return read_torch(path), hf_config
     raise CheckpointError(
         f"{path}: unsupported checkpoint type {suffix or '(no extension)'}; expected .npz, "
-        ".safetensors, .pth/.pt/.bin or a Hugging Face model folder."
+        ".safetensors, .pth/.pt/.bin, .keras, a Hugging Face model folder or a keras-vit run directory."
     )
 
 
