@@ -37,7 +37,13 @@ _FLAGS = {
             "(without --preset: its architecture)"
         ),
     ),
-    "--recipe": ("recipe", dict(choices=names.RECIPES, help="pretrain: AdamW; finetune: SGD")),
+    "--recipe": (
+        "recipe",
+        dict(
+            choices=names.RECIPES,
+            help="pretrain: AdamW; finetune: SGD (default: finetune with --weights, else pretrain)",
+        ),
+    ),
     "--protocol": (
         "protocol",
         dict(

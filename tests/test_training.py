@@ -650,6 +650,14 @@ def test_dataset_defaults_fill_only_unset_options():
     assert (mine.flip, mine.augment, mine.label_smoothing, mine.epochs) == (True, "inception", 0.0, 3)
     other = TrainConfig(dataset="tfds:cifar10").resolved()
     assert (other.flip, other.augment, other.label_smoothing) == (True, "inception", 0.0)
+    # Starting from weights is fine-tuning (SGD, clipping) unless the recipe is named.
+    tuned = TrainConfig(dataset="tfds:cifar10", weights="runs/pretrained").resolved()
+    assert (tuned.recipe, tuned.clip_norm, tuned.learning_rate) == ("finetune", 1.0, 0.01)
+    assert TrainConfig(dataset="tfds:cifar10", weights="x", recipe="pretrain").resolved().recipe == "pretrain"
+    assert TrainConfig(dataset="tfds:cifar10").resolved().recipe == "pretrain"
+    for field in ("recipe", "augment"):  # choices that include None are listed without it
+        with pytest.raises(ValueError, match=f"unknown {field} 'bogus'; choose from [a-z, ]+\\.$"):
+            TrainConfig(**{field: "bogus"})
 
 
 def test_ema_saves_the_moving_average_of_the_weights(tmp_path):

@@ -34,7 +34,7 @@ class TrainConfig:
     `validation_fraction` for evaluation, which never steers training: `best.keras` is the last
     epoch, or, with `selection_fraction`, the best epoch on that share of the training examples,
     held out. Model: a `preset` with `model` overrides (any ViTConfig field), or the digits
-    default; `weights` is a checkpoint to start from (finetune).
+    default; `weights` is a checkpoint to start from (the `finetune` recipe unless `recipe` says).
     """
 
     dataset: str = "digits"
@@ -46,7 +46,7 @@ class TrainConfig:
     preset: str | None = None
     model: dict = dataclasses.field(default_factory=dict)
     weights: str | None = None
-    recipe: str = "pretrain"
+    recipe: str | None = None  # None: "finetune" when starting from `weights`, else "pretrain"
     protocol: str | None = None  # one of the paper's fine-tuning protocols (implies recipe finetune)
     epochs: int | None = None
     steps: int | None = None  # total optimizer steps, instead of epochs
@@ -80,14 +80,15 @@ class TrainConfig:
     def __post_init__(self):
         self.crop_scale = tuple(float(v) for v in self.crop_scale)
         for name, choices in (
-            ("recipe", RECIPES),
+            ("recipe", RECIPES + (None,)),
             ("strategy", STRATEGIES),
             ("precision", PRECISIONS),
             ("decay", DECAYS),
             ("augment", AUGMENTS + (None,)),
         ):
             if getattr(self, name) not in choices:
-                raise ValueError(f"unknown {name} {getattr(self, name)!r}; choose from {', '.join(choices)}.")
+                listed = ", ".join(filter(None, choices))
+                raise ValueError(f"unknown {name} {getattr(self, name)!r}; choose from {listed}.")
         if self.protocol is not None and self.protocol not in PROTOCOLS:
             raise ValueError(f"unknown protocol {self.protocol!r}; choose from {', '.join(PROTOCOLS)}.")
         if self.steps is not None and (self.steps < 1 or self.epochs is not None):
@@ -122,6 +123,8 @@ class TrainConfig:
         c = dataclasses.replace(self, model=dict(self.model))
         if c.protocol:
             c = _with_protocol(c)
+        if c.recipe is None:
+            c.recipe = "finetune" if c.weights else "pretrain"
         if c.is_digits:
             c.model = {**DIGITS_MODEL, **c.model} if c.preset is None else c.model
             # No flips (a mirrored digit is another symbol) and no crops (an 8x8 digit has no
