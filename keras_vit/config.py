@@ -1,6 +1,11 @@
 """`ViTConfig`: the one description of a Vision Transformer that every model is built from."""
 
 import dataclasses
+import numbers
+import re
+import types
+import typing
+from collections.abc import Iterable
 from pathlib import Path
 
 from keras_vit.names import EVAL_CROP, INTERPOLATIONS, POOLING_MODES, POSEMB_INTERPOLATIONS
@@ -87,6 +92,7 @@ class ViTConfig:
     posemb_interpolation: str = "bilinear"
 
     def __post_init__(self):
+        check_types(self, "ViTConfig field")
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731  (frozen dataclass)
         set_("image_size", _pair(self.image_size, "image_size"))
         set_("patch_size", _pair(self.patch_size, "patch_size"))
@@ -193,8 +199,14 @@ def read_yaml_options(path, what):
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"config file not found: {path}")
+
+    class Loader(yaml.SafeLoader):
+        """PyYAML's safe loader, reading `1e-3` as a number as YAML 1.2 does (PyYAML follows YAML
+        1.1, whose floats need a dot, `1.0e-3`, and reads `1e-3` as a string)."""
+
+    Loader.add_implicit_resolver("tag:yaml.org,2002:float", _EXPONENT_FLOAT, list("-+0123456789."))
     try:
-        values = yaml.safe_load(path.read_text()) or {}
+        values = yaml.load(path.read_text(), Loader=Loader) or {}
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -203,6 +215,47 @@ def read_yaml_options(path, what):
     if not isinstance(values, dict):
         raise ValueError(f"{path}: expected a mapping of {what}s.")
     return values
+
+
+_EXPONENT_FLOAT = re.compile(r"^[-+]?(\d+(\.\d*)?|\.\d+)[eE][-+]?\d+$")
+
+
+def check_types(instance, what):
+    """Raises a ValueError naming the first field of dataclass `instance` whose value does not fit
+    its annotation (`epochs: ten` in a YAML file, say): a whole number for `int`, any number for
+    `float`, true/false for `bool`, a list for `tuple`, None only where the field allows it."""
+    for field in dataclasses.fields(instance):
+        value = getattr(instance, field.name)
+        union = typing.get_origin(field.type) in (typing.Union, types.UnionType)
+        kinds = [typing.get_origin(t) or t for t in (typing.get_args(field.type) if union else (field.type,))]
+        if not any(_fits(value, kind) for kind in kinds):
+            expected = " or ".join(_KIND_NAMES.get(kind, kind.__name__) for kind in kinds)
+            raise ValueError(f"{what} `{field.name}` must be {expected}; got {value!r}.")
+
+
+_KIND_NAMES = {
+    int: "an integer",
+    float: "a number",
+    bool: "true or false",
+    str: "a string",
+    tuple: "a list",
+    dict: "a mapping",
+    type(None): "null",
+}
+
+
+def _fits(value, kind):
+    if kind is type(None):
+        return value is None
+    if kind is bool or isinstance(value, bool):
+        return kind is bool and isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, numbers.Integral)
+    if kind is float:
+        return isinstance(value, numbers.Real)
+    if kind is tuple:
+        return isinstance(value, Iterable) and not isinstance(value, (str, bytes, dict))
+    return isinstance(value, kind)
 
 
 def check_fields(cls, values, what):

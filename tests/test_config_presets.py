@@ -79,6 +79,13 @@ def test_overrides_and_grid():
         (dict(image_size=0), r"`image_size` must be positive; got 0\."),  # 0 % 16 == 0 passed before
         (dict(image_size=(224, -32)), r"`image_size` must be positive; got \(224, -32\)"),
         (dict(patch_size=0), r"`patch_size` must be positive; got 0\."),
+        # types, as a YAML file gets them wrong (not int() errors that name no field)
+        (dict(hidden_size="x"), r"field `hidden_size` must be an integer; got 'x'\."),
+        (dict(hidden_size=96.0), r"field `hidden_size` must be an integer; got 96\.0\."),
+        (dict(representation_size="8"), r"`representation_size` must be an integer or null; got '8'"),
+        (dict(qkv_bias="no"), r"`qkv_bias` must be true or false"),
+        (dict(num_classes=True), r"`num_classes` must be an integer; got True"),
+        (dict(image_size="224"), r"`image_size` must be an integer or a list; got '224'"),
     ],
 )
 def test_bad_config_values(fields, message):

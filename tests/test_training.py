@@ -295,6 +295,10 @@ def test_tfds_offline_and_unknown_fail_fast(monkeypatch, tmp_path, caplog):
         (["--selection-fraction", "1"], "selection_fraction must be in [0, 1); got 1.0"),
         (["--image-size", "0"], "`image_size` must be positive; got 0."),  # was taken as "not given"
         (["--steps-per-execution", "8"], "steps_per_execution 8 does not divide the 44 steps of an epoch"),
+        (["--learning-rate", "-1"], "learning_rate must be > 0.0; got -1.0."),  # trained to a loss of 2.6e5
+        (["--weight-decay", "-0.1"], "weight_decay must be >= 0.0; got -0.1."),
+        (["--label-smoothing", "1"], "label_smoothing must be in [0.0, 1.0); got 1.0."),
+        (["--mixup", "-1"], "mixup must be >= 0.0; got -1.0."),
         (
             ["--recipe", "pretrain", "--preset", "vit_ti16", "--image-size", "230", "--dataset", "digits"],
             "image height 230 is not divisible by patch size 16",
@@ -459,6 +463,17 @@ def test_yaml_config_with_flag_override(tmp_path):
         TrainConfig.from_yaml(path)
     path.write_text("- epochs\n")
     with pytest.raises(ValueError, match="expected a mapping of training options"):
+        TrainConfig.from_yaml(path)
+    # `1e-3` is a number (YAML 1.2; PyYAML's 1.1 rules read it as a string, and training
+    # crashed dividing it); a value of the wrong type is one line naming the option.
+    path.write_text("learning_rate: 1e-3\nweight_decay: 2.5E-1\nmixup: .5e0\nwarmup_fraction: 1.0e-1\n")
+    config = TrainConfig.from_yaml(path)
+    assert (config.learning_rate, config.weight_decay, config.mixup, config.warmup_fraction) == (1e-3, 0.25, 0.5, 0.1)
+    path.write_text("epochs: ten\n")
+    with pytest.raises(ValueError, match=r"training option `epochs` must be an integer or null; got 'ten'\."):
+        TrainConfig.from_yaml(path)
+    path.write_text("mixup: '0.2'\n")
+    with pytest.raises(ValueError, match=r"`mixup` must be a number; got '0.2'"):
         TrainConfig.from_yaml(path)
 
 

@@ -2,7 +2,7 @@
 
 import dataclasses
 
-from keras_vit.config import check_fields, read_yaml_options, to_plain_dict
+from keras_vit.config import check_fields, check_types, read_yaml_options, to_plain_dict
 from keras_vit.names import AUGMENTS, DECAYS, PRECISIONS, PROTOCOLS, RECIPES, STRATEGIES
 
 # The offline default: a 0.31M-parameter ViT on scikit-learn's digits upscaled to 24x24, 16 tokens
@@ -78,6 +78,7 @@ class TrainConfig:
     seed: int = 0
 
     def __post_init__(self):
+        check_types(self, "training option")
         self.crop_scale = tuple(float(v) for v in self.crop_scale)
         for name, choices in (
             ("recipe", RECIPES + (None,)),
@@ -103,6 +104,11 @@ class TrainConfig:
             raise ValueError("batch_size and epochs must be positive.")
         if self.global_batch_size is not None and self.global_batch_size < 1:
             raise ValueError("global_batch_size must be positive.")
+        for name, low, high in _RANGES:
+            value = getattr(self, name)
+            if value is not None and not (value > low if high is None else low <= value < high):
+                bound = f"> {low}" if high is None else f">= {low}" if high == float("inf") else f"in [{low}, {high})"
+                raise ValueError(f"{name} must be {bound}; got {value}.")
         if self.ema is not None and not 0.0 < self.ema < 1.0:
             raise ValueError(f"ema (the moving average's momentum) must be in (0, 1); got {self.ema}.")
         if self.randaugment is not None and not 0.0 < self.randaugment <= 1.0:
@@ -165,6 +171,19 @@ class TrainConfig:
     def from_yaml(cls, path, **overrides):
         """Reads a YAML file of TrainConfig fields; `overrides` (e.g. command-line flags) win."""
         return cls.from_dict({**read_yaml_options(path, "training option"), **overrides})
+
+
+# Numeric options and their ranges: (name, low, high) is [low, high); high None: above low.
+_RANGES = (
+    ("learning_rate", 0.0, None),
+    ("base_batch_size", 0, None),
+    ("clip_norm", 0.0, None),
+    ("weight_decay", 0.0, float("inf")),
+    ("label_smoothing", 0.0, 1.0),
+    ("warmup_fraction", 0.0, 1.0),
+    ("mixup", 0.0, float("inf")),
+    ("cutmix", 0.0, float("inf")),
+)
 
 
 def _with_protocol(c):
