@@ -311,6 +311,14 @@ def test_train_bad_input_one_line(argv, message, tmp_path, capsys):
     assert len(err) == 1 and message in err[0]
 
 
+def test_a_run_directory_that_is_a_file_is_named_before_training(tmp_path, capsys):
+    (tmp_path / "run").write_text("notes")  # failed after loading the data: "[Errno 17] File exists"
+    assert main(["train", "--run-dir", str(tmp_path / "run")]) == 2
+    message = f"the run directory {tmp_path / 'run'} is a file; choose another --run-dir."
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("keras-vit")]
+    assert len(err) == 1 and message in err[0]
+
+
 def test_a_run_stopped_by_bad_input_does_not_hold_its_directory(tmp_path):
     config = TrainConfig(run_dir=str(tmp_path / "run"), model=SMALL_MODEL, epochs=1)
     with pytest.raises(ValueError, match="does not divide"):

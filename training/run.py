@@ -288,6 +288,8 @@ def _prepare_run_dir(c, overwrite):
     may differ; `_store_config` then writes the new values), or empties it with `overwrite`.
     `_store_config` creates it."""
     run_dir = Path(c.run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ValueError(f"the run directory {run_dir} is a file; choose another --run-dir.")
     stored = run_dir / CONFIG_FILE
     text = _config_text(c)
     stored_text = stored.read_text() if stored.is_file() else text
