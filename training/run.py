@@ -58,10 +58,7 @@ def fit(config, overwrite=False, verbose="auto"):
         model.compile(
             optimizer=recipes.build_optimizer(c, steps_per_epoch, global_batch, epochs),
             loss=keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=c.label_smoothing),
-            weighted_metrics=[  # weighted: padding examples of weight 0 do not count
-                keras.metrics.CategoricalAccuracy(name="accuracy"),
-                keras.metrics.TopKCategoricalAccuracy(5, name="top5"),
-            ],
+            weighted_metrics=_metrics(len(source.class_names)),  # weighted: padding examples do not count
             jit_compile=jit_compile and placement.supports_jit,
             steps_per_execution=steps_per_call,
         )
@@ -160,10 +157,7 @@ def evaluate(source, dataset=None, verbose="auto"):
         # Padding examples (weight 0, see eval_pipeline) count in no metric; the loss averages
         # batches by size, so a padded last batch weighs a little more (reported loss: ~1e-3).
         loss=keras.losses.CategoricalCrossentropy(from_logits=True, reduction="mean_with_sample_weight"),
-        weighted_metrics=[
-            keras.metrics.CategoricalAccuracy(name="accuracy"),
-            keras.metrics.TopKCategoricalAccuracy(5, name="top5"),
-        ],
+        weighted_metrics=_metrics(model.config.num_classes),
     )
     values = model.evaluate(data, verbose=verbose, return_dict=True)
     checkpoint = saving.run_checkpoint(source).name if saving.is_run_dir(source) else str(source)
@@ -211,6 +205,15 @@ def iter_predict(source, images, top_k=5, labels=None, crop=None):
             chunk = []
     if chunk:
         yield from _top_k(model, np.stack(chunk), names, top_k)
+
+
+def _metrics(num_classes):
+    """Top-1 and top-5 accuracy. With fewer than 5 classes top-5 counts every example (PyTorch's
+    `topk` refuses a k above the class count, which stopped such runs on that backend)."""
+    return [
+        keras.metrics.CategoricalAccuracy(name="accuracy"),
+        keras.metrics.TopKCategoricalAccuracy(min(5, num_classes), name="top5"),
+    ]
 
 
 def _top_k(model, batch, names, top_k):
