@@ -105,13 +105,16 @@ def _native_noise_filtered():
 def _run(args):
     """Imports keras_vit (and with it Keras and its backend), then runs the command. Native
     INFO lines stay out of normal output unless asked for (`--verbose`) or the user set
-    TF_CPP_MIN_LOG_LEVEL. A command that works on one Keras backend only (`keras_backend`)
-    gets it, with a note when the user's KERAS_BACKEND named another."""
+    TF_CPP_MIN_LOG_LEVEL. A command that works on one Keras backend only (`keras_backend`, or
+    a function of the arguments giving it or None) gets it, with a note when the user's
+    KERAS_BACKEND named another."""
     backend = getattr(args, "keras_backend", None)
+    if callable(backend):
+        backend = backend(args)
     if backend and "keras" not in sys.modules and os.environ.get("KERAS_BACKEND", backend) != backend:
         print(
-            f"keras-vit {args.command}: runs on Keras's {backend} backend (KERAS_BACKEND={os.environ['KERAS_BACKEND']} "
-            "is for the other commands)",
+            f"keras-vit {args.command}: runs on Keras's {backend} backend here, not KERAS_BACKEND="
+            f"{os.environ['KERAS_BACKEND']}",
             file=sys.stderr,
         )
         os.environ["KERAS_BACKEND"] = backend

@@ -1,5 +1,6 @@
 """`keras-vit visualize`: heat maps of what a ViT looks at, on your images."""
 
+import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +17,8 @@ def add_parser(subparsers):
         help="attention rollout, class-token attention or tf-keras-vis saliency on images",
         description="Draw where a ViT looks. rollout: attention rollout (Abnar & Zuidema; the paper's "
         "Figure 6); attention: the class token's raw attention per layer and head (one figure per image); "
-        "saliency, smoothgrad, gradcam++, scorecam: tf-keras-vis methods (TensorFlow backend), the CAM "
+        "saliency, smoothgrad, gradcam++, scorecam: tf-keras-vis methods (on Keras's TensorFlow backend, "
+        "whatever KERAS_BACKEND says), the CAM "
         "methods on the `patch_grid` layer. Each image is shown beside its overlay.",
     )
     parser.add_argument("model", help=".keras file, run directory (best.keras) or checkpoint")
@@ -24,7 +26,15 @@ def add_parser(subparsers):
     parser.add_argument("--method", choices=METHODS, default="rollout", help="what to draw (default: rollout)")
     parser.add_argument("--class-index", type=int, help="class to explain (saliency methods; default: predicted)")
     parser.add_argument("--out", required=True, help="output figure (.png, .svg or .pdf)")
-    parser.set_defaults(run=run)
+    parser.set_defaults(run=run, keras_backend=_backend)
+
+
+def _backend(args):
+    """tf-keras-vis's methods run on TensorFlow only: they take its Keras backend where it is
+    installed, whatever KERAS_BACKEND says (the attention methods run on any backend)."""
+    if args.method in names.SALIENCY_METHODS and importlib.util.find_spec("tensorflow") is not None:
+        return "tensorflow"
+    return None
 
 
 def run(args):

@@ -299,12 +299,21 @@ def test_verbs_without_tensorflow_code_on_other_backends(journey, backend):
     )
     assert [line.split(": ")[1].split()[0] for line in lines] == ["0", "1", "2"]
     out = home / f"rollout_{backend}.png"
-    run(KERAS_VIT, "visualize", run_dir, images[0], "--method", "rollout", "--out", out, backend=backend)
+    shown = run(KERAS_VIT, "visualize", run_dir, images[0], "--method", "rollout", "--out", out, backend=backend)
+    assert out.is_file() and "runs on Keras's" not in shown.stderr  # rollout runs on this backend
+    # tf-keras-vis's saliency needs TensorFlow: the command switches to it and says so
+    out = home / f"saliency_{backend}.png"
+    shown = run(KERAS_VIT, "visualize", run_dir, images[0], "--method", "saliency", "--out", out, backend=backend)
+    assert (
+        f"keras-vit visualize: runs on Keras's tensorflow backend here, not KERAS_BACKEND={backend}\n" in shown.stderr
+    )
     assert out.is_file()
     # export traces TensorFlow graphs: the command switches to that backend and says so
     target = home / f"tflite_{backend}"
     exported = run(KERAS_VIT, "export", converted, "--tflite", target, "--quantize", "float32", backend=backend)
-    assert f"keras-vit export: runs on Keras's tensorflow backend (KERAS_BACKEND={backend} " in exported.stderr
+    assert (
+        f"keras-vit export: runs on Keras's tensorflow backend here, not KERAS_BACKEND={backend}\n" in exported.stderr
+    )
     assert (target / "vit_float32.tflite").is_file()
 
 
