@@ -15,6 +15,7 @@ import numpy as np
 from keras_vit.export import litert, metadata, report, serving
 from keras_vit.export.config import ExportConfig
 from keras_vit.export.source import ExportError, require_tensorflow_backend
+from keras_vit.saving import inference_copy
 
 logger = logging.getLogger("keras_vit")
 LATENCY_NOTE = "median of 20 batch-1 runs (LiteRT: ai_edge_litert, {threads} threads; SavedModel: TensorFlow)"
@@ -50,12 +51,17 @@ def export(source, config=None, **options):
         tfmot_bridge.check_installed()
 
     images, labels, eval_source = _held_out(source)
-    reference = _softmax(source.model.predict(images, batch_size=64, verbose=0))
+    # LiteRT files start from float32 weights and math (its builtin ops have no bfloat16 or
+    # float16 matmuls), and every artifact is checked against that model.
+    float32_model = source.model
+    if float32_model.dtype_policy.name != "float32":
+        float32_model = inference_copy(float32_model, dtype="float32")
+    reference = _softmax(float32_model.predict(images, batch_size=64, verbose=0))
     rows = []
     if c.tflite_dir:
         values = {"float": None, "pruned": c.prune, "clustered": c.cluster, "qat": c.qat_epochs}
         rows += _export_tflite(
-            source,
+            dataclasses.replace(source, model=float32_model),
             plan,
             values,
             Path(c.tflite_dir),
@@ -83,7 +89,7 @@ def export(source, config=None, **options):
         "model": c.name,
         "num_eval": int(len(images)),
         "eval_source": eval_source,
-        "reference": "float Keras model",
+        "reference": "float32 Keras model",
         "latency_note": LATENCY_NOTE.format(threads=c.threads),
         "artifacts": rows,
     }

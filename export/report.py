@@ -20,7 +20,7 @@ COLUMNS = (
 
 def measure(name, kind, path, data, probabilities, reference, labels=None, latency_ms=None, **extra):
     """One report row: `data` the file's bytes (None: a directory, measured at `path`),
-    `probabilities` of the artifact and `reference` (float Keras) on the same images,
+    `probabilities` of the artifact and `reference` (the float32 Keras model) on the same images,
     `labels` the true classes (None: no accuracy)."""
     return {
         "artifact": name,

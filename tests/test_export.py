@@ -2,6 +2,7 @@
 bfloat16 copy of that model, whose top-1 agreement needs a trained model to mean much)."""
 
 import base64
+import dataclasses
 import json
 import subprocess
 import sys
@@ -419,6 +420,27 @@ def test_bfloat16_saved_model_keeps_its_weights_in_bf16_and_agrees_with_float32(
         assert by_shape[shape] == ["bfloat16"] * config.num_layers, shape
     float32 = [s for d, s in kernels if d == "float32"]
     assert float32 == [(width, config.num_classes)]  # the head only (float32 logits)
+
+
+@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
+def test_a_model_trained_in_mixed_precision_exports_litert_files_from_float32(source, policy, tmp_path):
+    """`train --precision mixed_bfloat16` then `export --tflite`: LiteRT has no half-precision
+    matmuls, so its files come from a float32 copy (the converter failed on the model's bf16
+    ops with a page of MLIR); every artifact is checked against that float32 model."""
+    from keras_vit.export import ExportConfig, LiteRTModel, export
+    from keras_vit.saving import inference_copy
+
+    half = inference_copy(source.model, dtype=policy)
+    config = ExportConfig(saved_model_dir=tmp_path / "serving", tflite_dir=tmp_path, modes=("float32", "int8-mixed"))
+    result = export(dataclasses.replace(source, model=half), config)
+    rows = {row["artifact"]: row for row in result["artifacts"]}
+    assert result["reference"] == "float32 Keras model" and half.dtype_policy.name == policy
+    assert rows["vit_float32.tflite"]["agreement"] == 1.0 and rows["vit_float32.tflite"]["max_prob_diff"] < 1e-5
+    assert rows["vit_int8-mixed.tflite"]["agreement"] >= 0.97
+    (saved,) = [row for name, row in rows.items() if "SavedModel" in name]
+    assert f"SavedModel, {policy}" in saved["artifact"] and saved["agreement"] >= 0.98  # the model's own precision
+    runner = LiteRTModel((tmp_path / "vit_float32.tflite").read_bytes())
+    assert runner.input["dtype"] == np.float32
 
 
 def test_frozen_mixed_bfloat16_model_equals_its_graph_and_bad_models_fail_clearly(source, monkeypatch):
