@@ -133,3 +133,18 @@ def test_the_command_lines_own_choice_lists_match_the_library():
         "strategy": config.STRATEGIES,
         "precision": config.PRECISIONS,
     }
+
+
+def test_native_noise_filter_keeps_real_errors():
+    """TensorFlow's native lines that need no action are held back; other errors still show."""
+    from keras_vit_cli import _NATIVE_NOISE
+
+    held = [
+        b"I0000 00:00:1795694975.756651   20413 port.cc:153] oneDNN custom operations are on.\n",
+        b"E0000 00:00:1795694975.756651   20413 util.cc:131] oneDNN supports DT_HALF only on platforms "
+        b"with AVX-512. Falling back to the default Eigen-based implementation if present.\n",
+        b"E0000 00:00:1795694975.1 20413 jpeg_mem.cc:332] Premature end of JPEG data\n",
+    ]
+    shown = [b"E0000 00:00:1795694975.756651   20413 util.cc:131] something else failed\n", b"Traceback\n"]
+    assert all(_NATIVE_NOISE.match(line) for line in held)
+    assert not any(_NATIVE_NOISE.match(line) for line in shown)
