@@ -168,6 +168,7 @@ class ViT(keras.Model):
 
     def attention_probabilities(self, images, batch_size=None):
         """Every block's attention probabilities for `images`, as a list of numpy arrays."""
+        _check_images(_input_shape(images), self.config)
         outputs = self.attention_model().predict(images, batch_size=batch_size, verbose=0)
         return list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
 

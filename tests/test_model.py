@@ -234,6 +234,8 @@ def test_bad_images_name_the_fix(shape, message):
         model(x)
     with pytest.raises(ValueError, match=message):
         model.predict(x, verbose=0)
+    with pytest.raises(ValueError, match=message):  # the attention model behind rollout and inspect
+        model.attention_probabilities(x)
     # Checked before Keras's loops start (on JAX an error inside a step left the weights cleared)
     model.compile(loss="mse")
     classes = model.config.num_classes
