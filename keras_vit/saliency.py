@@ -13,13 +13,15 @@ import keras
 import numpy as np
 
 from keras_vit.names import SALIENCY_METHODS as METHODS
+from keras_vit.saving import inference_copy
 
 CAM_LAYER = "patch_grid"
 
 
 def saliency_maps(model, images, method="gradcam++", class_index=None, scorecam_channels=64):
     """Heat maps `(batch, H, W)` in [0, 1] explaining `class_index` (default: the predicted
-    class of each image) with a tf-keras-vis method from `METHODS`."""
+    class of each image) with a tf-keras-vis method from `METHODS`; a mixed-precision model is
+    explained through a float32 copy."""
     if method not in METHODS:
         raise ValueError(f"unknown saliency method {method!r}; choose from {', '.join(METHODS)}.")
     if keras.backend.backend() != "tensorflow":
@@ -32,6 +34,10 @@ def saliency_maps(model, images, method="gradcam++", class_index=None, scorecam_
     except ImportError:
         raise ValueError("saliency maps need tf-keras-vis: pip install 'keras-vit[inspect]'.") from None
     images = np.asarray(images, dtype="float32")
+    if model.dtype_policy.name != "float32":
+        # tf-keras-vis's CAM arithmetic is float32: a mixed-precision model's bf16/fp16
+        # activations failed in it ("expected a float tensor but is a bfloat16 tensor").
+        model = inference_copy(model, dtype="float32")
     classes = model.output_shape[-1]
     if class_index is None:
         class_index = np.argmax(model.predict(images, verbose=0), axis=-1)

@@ -121,6 +121,23 @@ def test_tf_keras_vis_methods(digits_model, method):
     assert maps.std(axis=(1, 2)).max() > 0 and maps.min() >= 0 and maps.max() <= 1
 
 
+@pytest.mark.tensorflow_only
+@pytest.mark.parametrize("method", ["gradcam++", "scorecam"])
+def test_tf_keras_vis_methods_explain_a_mixed_bfloat16_model_through_float32(digits_model, method):
+    """A model trained in mixed_bfloat16 failed in tf-keras-vis's float32 CAM arithmetic; it is
+    explained through a float32 copy of the same weights, so its maps are the float32 model's."""
+    from keras_vit.saliency import saliency_maps
+    from keras_vit.saving import inference_copy
+
+    model, _, images = digits_model
+    half = inference_copy(model, dtype="mixed_bfloat16")
+    class_index = int(np.argmax(model.predict(images[:1], verbose=0)))
+    np.testing.assert_allclose(
+        saliency_maps(half, images, method, class_index), saliency_maps(model, images, method, class_index), atol=1e-5
+    )
+    assert half.dtype_policy.name == "mixed_bfloat16"  # the caller's model is left as it was
+
+
 def _gradcam_plus_plus(model, images):
     """GradCAM++ (Chattopadhay et al. 2018, exp-score closed form) on `patch_grid` for the
     predicted class, bilinearly upsampled and scaled to [0, 1]: written out independently."""
