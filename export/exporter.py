@@ -15,7 +15,7 @@ import numpy as np
 from keras_vit.export import litert, metadata, report, serving
 from keras_vit.export.config import ExportConfig
 from keras_vit.export.source import ExportError, require_tensorflow_backend
-from keras_vit.saving import inference_copy
+from keras_vit.saving import in_policy
 
 logger = logging.getLogger("keras_vit")
 LATENCY_NOTE = "median of 20 batch-1 runs (LiteRT: ai_edge_litert, {threads} threads; SavedModel: TensorFlow)"
@@ -53,9 +53,7 @@ def export(source, config=None, **options):
     images, labels, eval_source = _held_out(source)
     # LiteRT files start from float32 weights and math (its builtin ops have no bfloat16 or
     # float16 matmuls), and every artifact is checked against that model.
-    float32_model = source.model
-    if float32_model.dtype_policy.name != "float32":
-        float32_model = inference_copy(float32_model, dtype="float32")
+    float32_model = in_policy(source.model, "float32")
     reference = _softmax(float32_model.predict(images, batch_size=64, verbose=0))
     rows = []
     if c.tflite_dir:

@@ -15,7 +15,7 @@ from keras_vit.export import frozen
 from keras_vit.export.config import saved_model_policy
 from keras_vit.export.source import ExportError, require_tensorflow_backend
 from keras_vit.names import LABELS_FILE
-from keras_vit.saving import inference_copy
+from keras_vit.saving import in_policy
 
 logger = logging.getLogger("keras_vit")
 WARMUP_FILE = "assets.extra/tf_serving_warmup_requests"
@@ -91,10 +91,9 @@ def serving_model(model, precision=None, freeze=None):
     the weights are then stored in bf16 and no call casts them (`frozen.fold_weight_casts`),
     if they fit a frozen graph."""
     policy = saved_model_policy(precision) if precision else model.dtype_policy.name
-    if model.dtype_policy.name != policy:
-        if not hasattr(model, "config"):
-            raise ExportError(f"a SavedModel in {precision} needs a keras_vit ViT; {model.name} is not one.")
-        model = inference_copy(model, dtype=policy)
+    if model.dtype_policy.name != policy and not hasattr(model, "config"):
+        raise ExportError(f"a SavedModel in {precision} needs a keras_vit ViT; {model.name} is not one.")
+    model = in_policy(model, policy)
     if freeze is None:
         freeze = policy == "mixed_bfloat16" and frozen.fits(model)
         if policy == "mixed_bfloat16" and not freeze:

@@ -13,7 +13,7 @@ import keras
 import numpy as np
 
 from keras_vit.names import SALIENCY_METHODS as METHODS
-from keras_vit.saving import inference_copy
+from keras_vit.saving import in_policy
 
 CAM_LAYER = "patch_grid"
 
@@ -34,10 +34,9 @@ def saliency_maps(model, images, method="gradcam++", class_index=None, scorecam_
     except ImportError:
         raise ValueError("saliency maps need tf-keras-vis: pip install 'keras-vit[inspect]'.") from None
     images = np.asarray(images, dtype="float32")
-    if model.dtype_policy.name != "float32":
-        # tf-keras-vis's CAM arithmetic is float32: a mixed-precision model's bf16/fp16
-        # activations failed in it ("expected a float tensor but is a bfloat16 tensor").
-        model = inference_copy(model, dtype="float32")
+    # tf-keras-vis's CAM arithmetic is float32: a mixed-precision model's bf16/fp16 activations
+    # failed in it ("expected a float tensor but is a bfloat16 tensor").
+    model = in_policy(model, "float32")
     classes = model.output_shape[-1]
     if class_index is None:
         class_index = np.argmax(model.predict(images, verbose=0), axis=-1)

@@ -27,6 +27,12 @@ def inference_copy(model, into=None, dtype=None):
     return into
 
 
+def in_policy(model, policy):
+    """`model` itself when it computes in the dtype policy named `policy` (e.g. "float32"),
+    else an `inference_copy` of it in that policy."""
+    return model if model.dtype_policy.name == policy else inference_copy(model, dtype=policy)
+
+
 def save_model(model, path):
     """Writes `model` to the `.keras` file `path` without its optimizer and compile settings
     (they would need the training code's classes to load), through a temporary file renamed
