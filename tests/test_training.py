@@ -248,6 +248,27 @@ def test_finetune_from_a_run_or_its_keras_file_takes_their_architecture(tmp_path
         )
 
 
+def test_a_run_whose_folder_moved_says_so_and_takes_its_new_place(tmp_path):
+    from keras_vit import saving
+    from keras_vit.training import evaluate, export_samples
+
+    _write_folder(tmp_path / "data")
+    run_dir = tmp_path / "run"
+    config = TrainConfig(
+        dataset=str(tmp_path / "data"), run_dir=str(run_dir), model=SMALL_MODEL, epochs=1, batch_size=4
+    )
+    trained = fit(config, verbose=0)
+    (tmp_path / "data").rename(tmp_path / "moved")
+    moved = rf"{run_dir} was trained on the folder {tmp_path / 'data'}, which is not there from here; give the data"
+    with pytest.raises(ValueError, match=moved):  # was "unknown dataset"
+        evaluate(run_dir)
+    model = saving.load_model(run_dir)
+    with pytest.raises(ValueError, match=moved):
+        export_samples(model, run_dir)
+    again = evaluate(run_dir, dataset=str(tmp_path / "moved"))
+    assert again["num_examples"] == trained["num_examples"] and again["top1"] == pytest.approx(trained["top1"])
+
+
 @pytest.mark.parametrize("name, split", [("cifar10", "train"), ("oxford_flowers102", "train")])
 def test_tfds_pipelines_with_mock_data(tmp_path, monkeypatch, name, split):
     import tensorflow_datasets as tfds

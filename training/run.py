@@ -140,7 +140,7 @@ def evaluate(source, dataset=None, verbose="auto"):
     if dataset:
         c = TrainConfig(dataset=dataset)
     elif saving.is_run_dir(source):
-        c = load_run_config(source)
+        c = load_run_config(source, data=True)
     else:
         raise ValueError(f"{source} is not a run directory: say which data to evaluate on (dataset=..., --dataset).")
     model = saving.load_model(source)
@@ -228,11 +228,20 @@ def _top_k(model, batch, names, top_k):
     return [[(names[i], float(p[i])) for i in row] for row, p in zip(top, probabilities)]
 
 
-def load_run_config(run_dir):
+def load_run_config(run_dir, data=False):
+    """The `TrainConfig` stored in `run_dir`. With `data`, its dataset must be readable here: a
+    folder that has moved since training (or a path relative to another working directory) is
+    named as the run's, with the fix, instead of as an unknown dataset."""
     path = Path(run_dir) / CONFIG_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{run_dir} is not a run directory (no {CONFIG_FILE}).")
-    return TrainConfig.from_dict(yaml.safe_load(path.read_text()))
+    c = TrainConfig.from_dict(yaml.safe_load(path.read_text()))
+    if data and not (c.is_digits or c.dataset.startswith("tfds:") or Path(c.dataset).is_dir()):
+        raise ValueError(
+            f"{run_dir} was trained on the folder {c.dataset}, which is not there from here; "
+            "give the data's place (--dataset, or dataset=...)."
+        )
+    return c
 
 
 def _global_batch(c, replicas):

@@ -20,7 +20,7 @@ def export_samples(model, source=None, dataset=None, calibration_size=200, eval_
     if dataset:
         config = TrainConfig(dataset=dataset).resolved()
     elif source is not None and saving.is_run_dir(source):
-        config = load_run_config(source)
+        config = load_run_config(source, data=True)
     else:
         return None
     data = datasets.load(config)
