@@ -3,7 +3,7 @@
 import dataclasses
 from pathlib import Path
 
-from keras_vit.config import check_fields, read_yaml_options, to_plain_dict
+from keras_vit.config import check_fields, check_types, read_yaml_options, to_plain_dict
 from keras_vit.export.litert import IO_TYPES
 from keras_vit.export.source import ExportError
 from keras_vit.names import LITERT_MODES, SAVED_MODEL_PRECISIONS
@@ -58,6 +58,10 @@ class ExportConfig:
         for path in ("saved_model_dir", "tflite_dir", "report_dir"):
             if getattr(self, path) is not None:
                 setattr(self, path, str(getattr(self, path)))
+        try:  # a YAML file's `calibration_size: lots`, say
+            check_types(self, "export option")
+        except ValueError as error:
+            raise ExportError(str(error)) from None
         unknown = [m for m in self.modes if m not in LITERT_MODES]
         if unknown:
             raise ExportError(f"unknown quantisation mode {unknown[0]!r}; choose from {', '.join(LITERT_MODES)}.")

@@ -493,6 +493,9 @@ def test_bad_input_gives_one_line_and_leaves_nothing_half_written(source, run_di
     assert "prune (the sparsity) must be in (0, 1)" in fails([str(run_dir), "--tflite", str(tmp_path), "--prune", "2"])
     (tmp_path / "bad.yaml").write_text("modes: [float32]\nqantize: 3\n")
     assert "unknown export option(s): qantize" in fails([str(run_dir), "--config", str(tmp_path / "bad.yaml")])
+    (tmp_path / "typed.yaml").write_text("tflite_dir: out\ncalibration_size: lots\n")  # was int()'s own error
+    message = "export option `calibration_size` must be an integer; got 'lots'."
+    assert message in fails([str(run_dir), "--config", str(tmp_path / "typed.yaml")])
     assert "model file not found" in fails([str(tmp_path / "missing.keras"), "--tflite", str(tmp_path)])
     (tmp_path / "corrupt.keras").write_bytes(b"not a zip")
     assert "cannot load" in fails([str(tmp_path / "corrupt.keras"), "--tflite", str(tmp_path / "t")])
