@@ -16,9 +16,10 @@ OFFICIAL_STD = (127.5, 127.5, 127.5)
 
 
 def _pair(value, name):
-    value = (value, value) if isinstance(value, int) else tuple(value)
-    if len(value) != 2 or not all(isinstance(v, int) for v in value):
+    value = (value, value) if isinstance(value, numbers.Integral) else tuple(value)
+    if len(value) != 2 or not all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in value):
         raise ValueError(f"`{name}` must be an int or a pair of ints (height, width); got {value!r}.")
+    value = tuple(int(v) for v in value)
     if min(value) < 1:
         raise ValueError(f"`{name}` must be positive; got {value[0] if value[0] == value[1] else value!r}.")
     return value
@@ -223,7 +224,8 @@ _EXPONENT_FLOAT = re.compile(r"^[-+]?(\d+(\.\d*)?|\.\d+)[eE][-+]?\d+$")
 def check_types(instance, what):
     """Raises a ValueError naming the first field of dataclass `instance` whose value does not fit
     its annotation (`epochs: ten` in a YAML file, say): a whole number for `int`, any number for
-    `float`, true/false for `bool`, a list for `tuple`, None only where the field allows it."""
+    `float`, true/false for `bool`, a list for `tuple`, None only where the field allows it.
+    NumPy scalars that fit become Python numbers, so configs stay JSON-serializable."""
     for field in dataclasses.fields(instance):
         value = getattr(instance, field.name)
         union = typing.get_origin(field.type) in (typing.Union, types.UnionType)
@@ -231,6 +233,9 @@ def check_types(instance, what):
         if not any(_fits(value, kind) for kind in kinds):
             expected = " or ".join(_KIND_NAMES.get(kind, kind.__name__) for kind in kinds)
             raise ValueError(f"{what} `{field.name}` must be {expected}; got {value!r}.")
+        if isinstance(value, numbers.Number) and not isinstance(value, (bool, int, float)):
+            plain = int(value) if isinstance(value, numbers.Integral) else float(value)
+            object.__setattr__(instance, field.name, plain)
 
 
 _KIND_NAMES = {

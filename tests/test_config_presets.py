@@ -1,3 +1,6 @@
+import json
+
+import numpy as np
 import pytest
 
 import keras_vit
@@ -91,6 +94,16 @@ def test_overrides_and_grid():
 def test_bad_config_values(fields, message):
     with pytest.raises(ValueError, match=message):
         ViTConfig(**fields)
+
+
+def test_config_takes_numpy_numbers_as_python_ones():
+    # image_size=np.int64(...) was "'numpy.int64' object is not iterable"; a NumPy width broke JSON
+    c = ViTConfig(image_size=np.int64(64), hidden_size=np.int32(96), num_heads=3, dropout_rate=np.float32(0.25))
+    assert c.image_size == (64, 64) and type(c.image_size[0]) is int
+    assert type(c.hidden_size) is int and type(c.dropout_rate) is float and c.dropout_rate == 0.25
+    assert json.loads(json.dumps(c.to_dict()))["hidden_size"] == 96
+    with pytest.raises(ValueError, match="pair of ints"):
+        ViTConfig(image_size=(True, 64))
 
 
 def test_config_dict_round_trip_and_replace():
