@@ -6,6 +6,7 @@ The top floor: it imports keras_vit and its applications only when a command run
 
 import argparse
 import contextlib
+import difflib
 import importlib
 import os
 import re
@@ -54,8 +55,10 @@ _NATIVE_NOISE = re.compile(
 
 
 def build_parser():
+    # No abbreviated options: `--model` must not silently mean `--model-parallel`.
     parser = argparse.ArgumentParser(
         prog="keras-vit",
+        allow_abbrev=False,
         description="Vision Transformer (ViT) toolkit for Keras 3. "
         "Run `keras-vit COMMAND --help` for the options of a command.",
     )
@@ -68,6 +71,7 @@ def build_parser():
     for command in COMMANDS:
         command.add_parser(subparsers)
     for subparser in subparsers.choices.values():  # also after the command: `keras-vit train --verbose`
+        subparser.allow_abbrev = False
         subparser.add_argument(
             "--verbose",
             action="store_true",
@@ -104,6 +108,20 @@ def _native_noise_filtered():
         os.close(saved)
 
 
+def _unrecognized(parser, command, unknown):
+    """Exits (status 2) naming the command's unknown arguments and, for a misspelt or shortened
+    option, the command's closest one."""
+    subparser = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
+    options = [o for action in subparser._actions for o in action.option_strings if o.startswith("--")]
+    hints = []
+    for argument in (a.split("=")[0] for a in unknown if a.startswith("--")):
+        close = [o for o in options if o.startswith(argument)] or difflib.get_close_matches(
+            argument, options, n=1, cutoff=0.75
+        )
+        hints += [f"{argument}: did you mean {' or '.join(close[:3])}?"] if close else []
+    subparser.error(f"unrecognized arguments: {' '.join(unknown)}" + "".join(f"; {h}" for h in hints))
+
+
 def _run(args):
     """Imports keras_vit (and with it Keras and its backend), then runs the command. Native
     INFO lines stay out of normal output unless asked for (`--verbose`) or the user set
@@ -131,7 +149,9 @@ def _run(args):
 
 def main(argv=None):
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        _unrecognized(parser, args.command, unknown)
     try:
         return _run(args) or 0
     # CheckpointError is a ValueError; keras_vit.training.TrainingError a RuntimeError.

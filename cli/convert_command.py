@@ -46,4 +46,5 @@ def run(args):
     print(
         f"wrote {output}: {keras_vit.count_params(model):,} parameters, {c.num_layers} layers, width "
         f"{c.hidden_size}, {c.num_heads} heads, {c.image_size[0]}x{c.image_size[1]} input, {c.num_classes} classes"
+        + (" with names" if model.class_names else "")
     )

@@ -6,6 +6,9 @@ import numpy as np
 
 from keras_vit_cli.names import names
 
+# Pillow's modes of 16-bit grayscale images (PNG, TIFF).
+SIXTEEN_BIT_MODES = ("I;16", "I;16B", "I;16L", "I;16N")
+
 
 def load_image(path, transform=None, sample="china.jpg"):
     """Returns (pixels `(H, W, 3)`, description): uint8 as decoded, or through `transform` (a
@@ -28,6 +31,10 @@ def load_image(path, transform=None, sample="china.jpg"):
             image.load()
         except (UnidentifiedImageError, OSError) as error:
             raise ValueError(f"cannot read image {path}: {error}") from None
+    if image.mode in SIXTEEN_BIT_MODES:
+        # As TensorFlow's decoders (training, the SavedModel) read them: the high byte. Pillow's
+        # own conversion clips at 255, which turned 16-bit grayscale images white.
+        image = Image.fromarray((np.asarray(image).astype(np.int64).clip(0, 65535) >> 8).astype(np.uint8))
     pixels = np.asarray(image.convert("RGB"), dtype=np.uint8)  # grayscale, CMYK, palette, RGBA -> RGB
     if transform is not None:
         import keras

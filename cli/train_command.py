@@ -216,8 +216,10 @@ def run_evaluate(args):
 def run_predict(args):
     from keras_vit.training import iter_predict
 
-    if args.top_k < 1 or (args.crop is not None and not 0.0 < args.crop <= 1.0):
-        raise ValueError("--top-k must be positive and --crop in (0, 1].")
+    if args.top_k < 1:
+        raise ValueError(f"--top-k must be at least 1; got {args.top_k}.")
+    if args.crop is not None and not 0.0 < args.crop <= 1.0:
+        raise ValueError(f"--crop must be in (0, 1] (1: resize without cropping); got {args.crop:g}.")
     files, read = image_io.image_files(args.images), []
 
     def pixels():

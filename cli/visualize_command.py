@@ -39,7 +39,7 @@ def _backend(args):
 
 def run(args):
     from keras_vit import inspect, plot
-    from keras_vit.saving import load_model
+    from keras_vit.saving import index_names, label_names, load_model
 
     if args.class_index is not None and args.method in names.ATTENTION_METHODS:
         raise ValueError(f"--class-index applies to the saliency methods; {args.method} shows the attention itself.")
@@ -58,8 +58,12 @@ def run(args):
             from keras_vit.saliency import saliency_maps
 
             maps, title = saliency_maps(model, pixels, args.method, args.class_index), args.method
-        predicted = np.argmax(model.predict(pixels, verbose=0), axis=-1) if model.config.num_classes else None
-        labels = [f"{n} (class {c})" for n, c in zip(image_names, predicted)] if predicted is not None else image_names
+        labels = image_names
+        if model.config.num_classes:
+            classes = label_names(args.model, model)
+            named = classes != index_names(model.config.num_classes)
+            predicted = np.argmax(model.predict(pixels, verbose=0), axis=-1)
+            labels = [f"{n} (class {c}{f': {classes[c]}' if named else ''})" for n, c in zip(image_names, predicted)]
         outs = [plot.heatmap_overlays(pixels, maps, args.out, title, labels)]
     for out in outs:
         print(f"wrote {out}")

@@ -79,7 +79,7 @@ def load_source(path, labels=None):
     exports are checked against the Keras model on stand-in images."""
     try:
         model = saving.load_model(path)
-        names = saving.label_names(path, model.config.num_classes, labels)
+        names = saving.label_names(path, model, labels)
     except (ValueError, OSError) as error:
         raise ExportError(str(error)) from None
     return ExportSource(model=model, labels=names)

@@ -230,7 +230,7 @@ def copy_back(tf_model, mapping, model):
     (strip_pruning/strip_clustering keep the layer names, so the weight map applies)."""
     from keras_vit import ViT
 
-    new = ViT(model.config, name=model.name)
+    new = ViT(model.config, class_names=model.class_names, name=model.name)
     targets = {w.path: w for w in new.weights}
     for name, paths in mapping.items():
         for path, value in zip(paths, tf_model.get_layer(name).get_weights()):

@@ -24,9 +24,11 @@ class ViT(keras.Model):
     Args:
         config: a `ViTConfig` (or its dict form); defaults to ViT-B/16.
         dtype: dtype policy of the layers, e.g. "mixed_bfloat16"; logits stay float32.
+        class_names: the name of each class, in logit order (None: unnamed). Saved with the
+            model, so a `.keras` file keeps the labels it was trained or converted with.
     """
 
-    def __init__(self, config=None, dtype=None, **kwargs):
+    def __init__(self, config=None, dtype=None, class_names=None, **kwargs):
         if config is None:
             config = ViTConfig()
         elif isinstance(config, dict):
@@ -42,6 +44,7 @@ class ViT(keras.Model):
         # `compile` (loss scaling for mixed_float16) and to serialisation.
         self.dtype_policy = parts.patch_embedding.dtype_policy
         self.config = config
+        self.class_names = check_class_names(class_names, config.num_classes)
         self._parts = parts
         self._attention_model = None
         self._stateless_predict = None
@@ -107,9 +110,10 @@ class ViT(keras.Model):
         field overridden (e.g. `num_classes`, `image_size`), and loads it."""
         from keras_vit import checkpoints
 
-        weights, fields, kind = checkpoints.read_checkpoint(source)
-        model = cls(ViTConfig(**{**fields, **overrides}), dtype=dtype)
-        checkpoints.assign(model, weights, f"{source} ({kind})")
+        read = checkpoints.open_checkpoint(source)
+        model = cls(ViTConfig(**{**read.fields, **overrides}), dtype=dtype)
+        checkpoints.assign(model, read.weights, f"{source} ({read.kind})")
+        checkpoints.adopt_class_names(model, read)
         return model
 
     @classmethod
@@ -175,7 +179,8 @@ class ViT(keras.Model):
     def resized(self, image_size):
         """A copy built for another input resolution with all weights carried over; the
         position embeddings are resampled to the new patch grid (paper section 3.2)."""
-        new = ViT(self.config.replace(image_size=image_size), dtype=self.dtype_policy, name=self.name)
+        config = self.config.replace(image_size=image_size)
+        new = ViT(config, dtype=self.dtype_policy, class_names=self.class_names, name=self.name)
         for source, target in zip(self.layers, new.layers):
             if isinstance(target, vit_layers.PositionEmbedding):
                 target.assign_resampled(keras.ops.convert_to_numpy(source.embedding), source.grid_size)
@@ -187,6 +192,7 @@ class ViT(keras.Model):
         return {
             "config": self.config.to_dict(),
             "dtype": keras.saving.serialize_keras_object(self.dtype_policy),
+            "class_names": None if self.class_names is None else list(self.class_names),
             "name": self.name,
             "trainable": self.trainable,
         }
@@ -283,6 +289,18 @@ class _Parts:
         if self.pre_logits is not None:
             x = self.pre_logits(x)
         return self.classifier(x) if self.classifier is not None else x
+
+
+def check_class_names(class_names, num_classes):
+    """`class_names` as a tuple of strings, one per class (None stays None); a ValueError otherwise."""
+    if class_names is None:
+        return None
+    if isinstance(class_names, (str, bytes)) or not all(isinstance(n, str) for n in class_names):
+        raise ValueError(f"`class_names` must be a list of strings; got {class_names!r:.80}.")
+    names = tuple(class_names)
+    if len(names) != num_classes:
+        raise ValueError(f"{len(names)} class names for a model of {num_classes} classes.")
+    return names
 
 
 def _input_shape(x):

@@ -93,15 +93,24 @@ def load_model(source, **overrides):
     return ViT.from_checkpoint(source, **overrides)
 
 
-def label_names(source, num_classes, labels=None):
-    """Class names of a model: from `labels` (a file of one name per line, or a list), else the
-    run directory's `labels.txt`, else the class indices as strings."""
+def label_names(source, model, labels=None):
+    """Class names of `model` (read from `source`): from `labels` (a file of one name per line,
+    or a list), else the run directory's `labels.txt`, else the model's own `class_names`, else
+    the class indices as strings."""
+    num_classes = model.config.num_classes
     if labels is not None:
         names = Path(labels).read_text().splitlines() if isinstance(labels, (str, Path)) else list(labels)
     elif is_run_dir(source) and (Path(source) / RUN_LABELS).is_file():
         names = (Path(source) / RUN_LABELS).read_text().splitlines()
+    elif model.class_names is not None:
+        names = list(model.class_names)
     else:
-        names = [str(i) for i in range(num_classes)]
+        names = index_names(num_classes)
     if len(names) != num_classes:
         raise ModelFileError(f"{len(names)} label names for a model of {num_classes} classes.")
     return names
+
+
+def index_names(num_classes):
+    """The names of unnamed classes: their indices as strings."""
+    return [str(i) for i in range(num_classes)]

@@ -2,6 +2,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from PIL import Image
 
@@ -39,11 +40,44 @@ def test_bad_input_gives_one_line_and_exit_2(argv, message, capsys):
     assert len(err) == 1 and message in err[0] and err[0].startswith("keras-vit summary: error:")
 
 
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        # abbreviations are off: `--model` was taken as `--model-parallel`, `--epoch` as `--epochs`
+        (["train", "--epoch", "3"], "keras-vit train: error: unrecognized arguments: --epoch 3; --epoch: did you mean"),
+        (["train", "--model", "x"], "unrecognized arguments: --model x; --model: did you mean --model-parallel?"),
+        (["predict", "m.keras", "a.png", "--topk", "3"], "keras-vit predict: error: unrecognized arguments: --topk 3"),
+        (["train", "--learning_rate=0.1"], "--learning_rate: did you mean --learning-rate?"),
+        (["train", "--frobnicate"], "keras-vit train: error: unrecognized arguments: --frobnicate"),
+    ],
+)
+def test_unknown_options_are_named_with_the_closest_one(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2 and message in err[-1], err
+
+
 def test_corrupt_image_file(tmp_path, capsys):
     path = tmp_path / "broken.jpg"
     path.write_bytes(b"\xff\xd8\xff\xe0 not a jpeg")
     assert main(["summary", "vit_ti16", "--image", str(path)]) == 2
     assert "cannot read image" in capsys.readouterr().err
+
+
+def test_sixteen_bit_images_read_as_tensorflow_decodes_them(tmp_path):
+    """predict/visualize/inspect (Pillow) and training/serving (TensorFlow) see the same pixels
+    of a 16-bit grayscale PNG: its high byte (Pillow's own conversion clipped it to white)."""
+    from keras_vit_cli.images import load_image
+
+    values = np.random.default_rng(0).integers(0, 65536, (20, 30)).astype(np.uint16)
+    Image.fromarray(values).save(tmp_path / "deep.png")
+    pixels, _ = load_image(tmp_path / "deep.png")
+    assert pixels.shape == (20, 30, 3) and pixels.dtype == np.uint8
+    np.testing.assert_array_equal(pixels[..., 0], (values >> 8).astype(np.uint8))
+    tf = pytest.importorskip("tensorflow")
+    decoded = tf.io.decode_image((tmp_path / "deep.png").read_bytes(), channels=3, expand_animations=False)
+    np.testing.assert_array_equal(pixels, decoded.numpy())
 
 
 def test_console_script_help_and_presets():

@@ -334,6 +334,8 @@ def test_bad_input_along_the_journey_gets_one_line(journey, tmp_path):
         (("export", truncated, "--saved-model", tmp_path / "s"), "cannot load"),
         (("predict", not_tflite, images[0]), "model.tflite"),
         (("predict", run_dir, not_image), "cannot read image"),
+        (("predict", run_dir, images[0], "--top-k", "0"), "--top-k must be at least 1; got 0."),
+        (("predict", run_dir, images[0], "--crop", "1.5"), "--crop must be in (0, 1] (1: resize without cropping)"),
         (("evaluate", run_dir / "best.keras"), "--dataset"),
     ]
     for args, message in cases:

@@ -80,6 +80,34 @@ def test_huggingface_vit_for_image_classification(tmp_path):
     model = keras_vit.ViT.from_checkpoint(tmp_path / "hf")
     assert model.config.num_classes == 10 and model.config.layer_norm_epsilon == config.layer_norm_eps
     assert max_diff(model, expected, pixels) <= TOLERANCE
+    assert model.class_names is None  # Transformers' placeholder names LABEL_0.. are no names
+
+
+def test_huggingface_label_names_travel_with_the_model(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    names = ["tabby cat", "dog", "owl"]
+    config = transformers.ViTConfig(
+        hidden_size=48,
+        num_hidden_layers=1,
+        num_attention_heads=3,
+        intermediate_size=96,
+        image_size=32,
+        patch_size=16,
+        id2label=dict(enumerate(names)),
+        label2id={n: i for i, n in enumerate(names)},
+    )
+    transformers.ViTForImageClassification(config).save_pretrained(tmp_path / "hf")
+    model = keras_vit.ViT.from_checkpoint(tmp_path / "hf")
+    assert model.class_names == tuple(names)
+    keras_vit.saving.save_model(model, tmp_path / "converted.keras")
+    restored = keras_vit.saving.load_model(tmp_path / "converted.keras")
+    assert keras_vit.saving.label_names(tmp_path / "converted.keras", restored) == names
+    assert keras_vit.ViT.from_checkpoint(tmp_path / "converted.keras").resized(48).class_names == tuple(names)
+    # the same head loaded into a preset-built model brings its names; a new head does not
+    same_head = keras_vit.ViT(model.config)
+    keras_vit.load_weights(same_head, tmp_path / "hf")
+    assert same_head.class_names == tuple(names)
+    assert keras_vit.ViT.from_checkpoint(tmp_path / "hf", num_classes=2).class_names is None
 
 
 def test_huggingface_vit_model_pooler_is_pre_logits(tmp_path):

@@ -31,6 +31,18 @@ def test_keras_file_round_trip_in_safe_mode(tmp_path, overrides, dtype):
     assert [w.path for w in restored.weights] == [w.path for w in model.weights]
 
 
+def test_class_names_round_trip_and_are_checked(tmp_path):
+    config = tiny_config(num_classes=3)
+    model = keras_vit.ViT(config, class_names=["cat", "dog", "owl"])
+    model.save(tmp_path / "named.keras")
+    assert keras.saving.load_model(tmp_path / "named.keras", safe_mode=True).class_names == ("cat", "dog", "owl")
+    assert keras_vit.ViT(config).class_names is None
+    with pytest.raises(ValueError, match="2 class names for a model of 3 classes"):
+        keras_vit.ViT(config, class_names=["cat", "dog"])
+    with pytest.raises(ValueError, match="`class_names` must be a list of strings"):
+        keras_vit.ViT(config, class_names=[0, 1, 2])
+
+
 def test_no_lambda_layers():
     model = keras_vit.ViT(tiny_config(resnet_layers=(1,), resnet_width=32, patch_size=1))
     assert not any(isinstance(layer, keras.layers.Lambda) for layer in model._flatten_layers())

@@ -5,6 +5,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -241,6 +242,8 @@ def test_finetune_from_a_run_or_its_keras_file_takes_their_architecture(tmp_path
         assert "new zero head (32, 2)" in caplog.text and "resampled from a 4x4 to a 5x5 grid" in caplog.text
         model = keras_vit.saving.load_model(tmp_path / name)
         assert model.config == dataclasses.replace(base.config, image_size=(20, 20), num_classes=2)
+        # the class names travel in the .keras file, not only in the run's labels.txt
+        assert keras_vit.saving.load_model(tmp_path / name / "best.keras").class_names == ("cat", "dog")
         np.testing.assert_allclose(
             keras.ops.convert_to_numpy(model.get_layer("block_0").mlp.fc1.kernel),
             keras.ops.convert_to_numpy(base.get_layer("block_0").mlp.fc1.kernel),
@@ -369,6 +372,14 @@ def test_empty_folder_and_foreign_run_dir(tmp_path, capsys):
         Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(tmp_path / "empty" / name / "only.png")
     assert main(["train", "--dataset", str(tmp_path / "empty"), "--run-dir", str(tmp_path / "r")]) == 2
     assert "too few images to hold out an evaluation split" in capsys.readouterr().err
+    _write_folder(tmp_path / "data")
+    (tmp_path / "data" / "owl").mkdir()  # a class the head would have and no image would teach
+    assert main(["train", "--dataset", str(tmp_path / "data"), "--run-dir", str(tmp_path / "r")]) == 2
+    assert "class folder(s) without readable images: owl; add images or remove them" in capsys.readouterr().err
+    (tmp_path / "data" / "owl").rmdir()
+    shutil.rmtree(tmp_path / "data" / "dog")
+    assert main(["train", "--dataset", str(tmp_path / "data"), "--run-dir", str(tmp_path / "r")]) == 2
+    assert "has one class folder (cat); a classifier needs at least 2" in capsys.readouterr().err
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "config.yaml").write_text("dataset: something else\n")
     assert main(["train", "--epochs", "1", "--run-dir", str(tmp_path / "run")]) == 2
@@ -720,7 +731,10 @@ def test_ema_saves_the_moving_average_of_the_weights(tmp_path):
 
     config = TrainConfig(model=SMALL_MODEL).resolved()
     keras.utils.set_random_seed(config.seed)  # as fit does before building the model
-    initial = [keras.ops.convert_to_numpy(w) for w in _build_model(config, _model_config(config, 10)).weights]
+    initial = [
+        keras.ops.convert_to_numpy(w)
+        for w in _build_model(config, _model_config(config, 10), [str(d) for d in range(10)]).weights
+    ]
     moved = max(np.abs(a - b).max() for a, b in zip(saved("raw"), initial))
     averaged = max(np.abs(a - b).max() for a, b in zip(saved("ema", ema=0.999999), initial))
     assert moved > 1e-2 and averaged < 1e-4, (moved, averaged)

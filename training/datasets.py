@@ -100,6 +100,13 @@ def folder(path, validation_fraction=0.2, seed=0, selection_fraction=0.0):
     skipped = [name for name, _, _ in listed if not verdicts[name]]
     if not readable:
         raise ValueError(f"{path} has no readable images ({', '.join(IMAGE_EXTENSIONS)}) in its class folders.")
+    empty = [name for label, name in enumerate(classes) if label not in {label for _, label in readable}]
+    if empty:
+        raise ValueError(
+            f"{path}: class folder(s) without readable images: {', '.join(empty[:5])}; add images or remove them."
+        )
+    if len(classes) < 2:
+        raise ValueError(f"{path} has one class folder ({classes[0]}); a classifier needs at least 2.")
     if skipped and (str(path), len(skipped)) not in _WARNED:  # once per process (fit then evaluates)
         _WARNED.add((str(path), len(skipped)))
         logger.warning("keras_vit: skipped %d unreadable image(s) in %s, e.g. %s", len(skipped), path, skipped[0])

@@ -54,7 +54,7 @@ def fit(config, overwrite=False, verbose="auto"):
     jit_compile = (placement.prefers_jit or small) if c.jit_compile is None else c.jit_compile
     steps_per_call = recipes.steps_per_call(c.steps_per_execution, steps_per_epoch, small)
     with placement.scope():
-        model = _build_model(c, dataclasses.replace(model_config, num_classes=len(source.class_names)))
+        model = _build_model(c, model_config, source.class_names)
         model.compile(
             optimizer=recipes.build_optimizer(c, steps_per_epoch, global_batch, epochs),
             loss=keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=c.label_smoothing),
@@ -193,7 +193,7 @@ def iter_predict(source, images, top_k=5, labels=None, crop=None):
     `PREDICT_CHUNK` images is classified. An iterable that reads its images as it goes (as
     `keras-vit predict` passes) is then held at most one chunk at a time, resized."""
     model = saving.load_model(source)
-    names = saving.label_names(source, model.config.num_classes, labels)
+    names = saving.label_names(source, model, labels)
     transform = model.image_transform
     if crop is not None:
         transform = ImageTransform(model.config.image_size, crop, model.config.interpolation)
@@ -283,9 +283,12 @@ def _model_config(c, num_classes):
     return config
 
 
-def _build_model(c, config):
+def _build_model(c, config, class_names):
+    """The run's model: `config` with a head for `class_names` (saved with it), in the run's
+    precision, with `c.weights` loaded."""
     dtype = None if c.precision == "float32" else c.precision
-    model = keras_vit.ViT(config, dtype=dtype)
+    config = dataclasses.replace(config, num_classes=len(class_names))
+    model = keras_vit.ViT(config, dtype=dtype, class_names=class_names)
     if c.weights:  # fine-tuning: a fresh zero head, position embeddings resampled (see load_weights)
         keras_vit.load_weights(model, c.weights)
     return model

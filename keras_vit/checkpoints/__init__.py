@@ -7,6 +7,7 @@ keras_vit.ViT.from_checkpoint("model.safetensors")  # config read off the checkp
 """
 
 import difflib
+import typing
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +25,7 @@ __all__ = [
     "config_fields",
     "list_checkpoints",
     "load_weights",
+    "open_checkpoint",
     "read_checkpoint",
     "save_npz",
 ]
@@ -46,17 +48,37 @@ def resolve(source):
     return path
 
 
+class Checkpoint(typing.NamedTuple):
+    """A checkpoint as read: weights keyed by keras_vit variable path, the ViTConfig fields it
+    implies (None unless asked for), its kind, and its class names (None when it has none)."""
+
+    weights: dict
+    fields: dict | None
+    kind: str
+    class_names: tuple | None
+
+
 def read_checkpoint(source, infer_config=True):
     """Reads any supported checkpoint -> `(weights, fields, kind)`: weights keyed by keras_vit
     variable path, the ViTConfig fields it implies (None unless `infer_config`), and
     "official", "timm", "huggingface" or "keras" (a `.keras` model or a training run directory,
     whose `best.keras`, else `last.keras`, is read)."""
+    return tuple(open_checkpoint(source, infer_config))[:3]
+
+
+def open_checkpoint(source, infer_config=True):
+    """`read_checkpoint` as a `Checkpoint`, with the class names the checkpoint carries: a
+    Hugging Face `config.json`'s `id2label` (unless Transformers' default `LABEL_n`), a keras_vit
+    model's own, or a run directory's labels."""
     path = resolve(source)
     if path.suffix == ".keras" or (path.is_dir() and any((path / name).is_file() for name in RUN_CHECKPOINTS)):
         model = saving.load_model(path)
         weights = {**export(model), official.GRID_PATH: np.asarray(model.config.grid_size, "int32")}
-        return weights, (model.config.to_dict() if infer_config else None), "keras"
+        names = saving.label_names(path, model)
+        names = None if names == saving.index_names(model.config.num_classes) else tuple(names)
+        return Checkpoint(weights, model.config.to_dict() if infer_config else None, "keras", names)
     tensors, hf_config = read_tensors(path)
+    names = None
     if official.is_official(tensors):
         tensors = official.normalise(tensors)
         kind, reader, args = "official", official.config_fields, (tensors,)
@@ -67,6 +89,7 @@ def read_checkpoint(source, infer_config=True):
     elif huggingface.is_huggingface(tensors):
         kind, reader, args = "huggingface", huggingface.config_fields, (hf_config, tensors)
         weights = huggingface.to_keras(tensors)
+        names = huggingface.class_names(hf_config)
     else:
         sample = ", ".join(sorted(tensors)[:5]) or "no tensors"
         raise CheckpointError(
@@ -75,7 +98,16 @@ def read_checkpoint(source, infer_config=True):
         )
     # Loading into an existing model needs no architecture (a timm file does not even say its
     # head count), so the config is read off the tensors only when asked for.
-    return weights, (_fields(reader, path, *args) if infer_config else None), kind
+    return Checkpoint(weights, _fields(reader, path, *args) if infer_config else None, kind, names)
+
+
+def adopt_class_names(model, checkpoint):
+    """Gives `model` the checkpoint's class names when it has none of its own and kept the
+    checkpoint's head (a new head's classes are not the checkpoint's)."""
+    names, head = checkpoint.class_names, checkpoint.weights.get("head/kernel")
+    if model.class_names is None and names is not None and head is not None and model.config.num_classes:
+        if tuple(head.shape) == tuple(model.get_layer("head").kernel.shape) and len(names) == model.config.num_classes:
+            model.class_names = names
 
 
 def config_fields(source):
@@ -89,8 +121,10 @@ def load_weights(model, source):
     Raises `CheckpointError` (a ValueError) naming the tensor or file on any mismatch; see
     `keras_vit.checkpoints.assign.assign` for the head, pre-logits and resolution policy.
     Returns the list of adaptations made (also logged)."""
-    weights, _, kind = read_checkpoint(source, infer_config=False)
-    return assign(model, weights, f"{Path(str(source)).name} ({kind})")
+    checkpoint = open_checkpoint(source, infer_config=False)
+    notes = assign(model, checkpoint.weights, f"{Path(str(source)).name} ({checkpoint.kind})")
+    adopt_class_names(model, checkpoint)
+    return notes
 
 
 def save_npz(model, path):

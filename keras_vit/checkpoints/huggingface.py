@@ -53,6 +53,21 @@ def to_keras(tensors):
     return r.result()
 
 
+def class_names(hf_config):
+    """The class names of a `config.json`'s `id2label`, in index order; None when it has none or
+    only Transformers' placeholders (`LABEL_0`, ...)."""
+    id2label = (hf_config or {}).get("id2label") or {}
+    try:
+        names = [str(id2label[key]) for key in sorted(id2label, key=int)]
+    except (TypeError, ValueError):
+        return None
+    if not names or [int(key) for key in sorted(id2label, key=int)] != list(range(len(names))):
+        return None
+    if all(name == f"LABEL_{i}" for i, name in enumerate(names)):
+        return None
+    return tuple(names)
+
+
 def config_fields(hf_config, tensors):
     """ViTConfig fields from a Hugging Face `config.json` (and the tensors, for the heads)."""
     if hf_config is None:
