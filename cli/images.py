@@ -43,6 +43,20 @@ def load_image(path, transform=None, sample="china.jpg"):
     return pixels, source
 
 
+def encoded_image(path, pixels):
+    """An image file's bytes for a decoder that reads `names.IMAGE_EXTENSIONS` (TensorFlow's, as in
+    a SavedModel's bytes signature): the file itself, else `pixels` encoded as PNG."""
+    if Path(path).suffix.lower() in names.IMAGE_EXTENSIONS:
+        return Path(path).read_bytes()
+    import io
+
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
 def image_files(arguments):
     """`(path, in_folder)` for each image argument: a file as given, a folder as the files in it and
     its sub-folders whose suffix is one of `names.IMAGE_EXTENSIONS`, sorted. Raises

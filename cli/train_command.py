@@ -138,21 +138,24 @@ def add_parser(subparsers):
         help="classify images with a trained model",
         description="Print the top-k labels of each image as it is classified; a folder's images are read "
         "with its sub-folders', in name order, and unreadable ones among them skipped with a warning. MODEL is a "
-        "run directory (its best.keras, labels and evaluation transform), a .keras file or a checkpoint.",
+        "run directory (its best.keras, labels and evaluation transform), a .keras file, a checkpoint, or an "
+        "exported SavedModel (answering through its bytes signature, as TF Serving would) or .tflite file.",
     )
-    predict.add_argument("model", help="run directory, .keras file or checkpoint")
+    predict.add_argument("model", help="run directory, .keras file, checkpoint, SavedModel or .tflite file")
     predict.add_argument(
         "images", nargs="+", help="image files (any format Pillow reads) and folders (their JPEG/PNG/BMP/GIF files)"
     )
-    predict.add_argument("--top-k", type=int, default=5)
+    predict.add_argument("--top-k", type=int, default=5, help="how many classes to print per image (default 5)")
     predict.add_argument(
-        "--labels", help="file of class names, one per line (default: the run's labels.txt, else class indices)"
+        "--labels",
+        help="file of class names, one per line (default: the run's labels.txt, the model's own names or an "
+        "exported file's, else class indices)",
     )
     predict.add_argument(
         "--crop",
         type=float,
         help="centre-crop fraction before resizing (default: the model's own, its config's crop_fraction, "
-        f"{names.EVAL_CROP} unless trained otherwise; 1: resize only)",
+        f"{names.EVAL_CROP} unless trained otherwise; 1: resize only; for a .tflite file 1)",
     )
     predict.set_defaults(run=run_predict)
 
@@ -214,7 +217,7 @@ def run_evaluate(args):
 
 
 def run_predict(args):
-    from keras_vit.training import iter_predict
+    from keras_vit.export.exported import is_exported
 
     if args.top_k < 1:
         raise ValueError(f"--top-k must be at least 1; got {args.top_k}.")
@@ -222,7 +225,7 @@ def run_predict(args):
         raise ValueError(f"--crop must be in (0, 1] (1: resize without cropping); got {args.crop:g}.")
     files, read = image_io.image_files(args.images), []
 
-    def pixels():
+    def images(encoded=False):
         # Read as the predictions go, so a long list or a big folder is never held whole.
         for path, in_folder in files:
             try:
@@ -233,8 +236,35 @@ def run_predict(args):
                 logging.getLogger("keras_vit").warning("keras_vit: skipped %s", str(error).removeprefix("cannot read "))
                 continue
             read.append(path)
-            yield image
+            yield image_io.encoded_image(path, image) if encoded else image
 
-    results = iter_predict(args.model, pixels(), args.top_k, labels=args.labels, crop=args.crop)
+    if is_exported(args.model):
+        results = _predict_exported(args, images)
+    else:
+        from keras_vit.training import iter_predict
+
+        results = iter_predict(args.model, images(), args.top_k, labels=args.labels, crop=args.crop)
     for i, top in enumerate(results):  # image i's path is in `read` once its chunk was read
         print(f"{read[i]}: " + ", ".join(f"{label} {p:.3f}" for label, p in top), flush=True)
+
+
+def _predict_exported(args, images, chunk=256):
+    """Top-k lists from an exported SavedModel or .tflite file, `chunk` images at a time."""
+    import itertools
+    from pathlib import Path
+
+    import numpy as np
+
+    from keras_vit.export.exported import load_exported
+
+    model = load_exported(args.model, args.crop)
+    names = Path(args.labels).read_text().splitlines() if args.labels else model.labels
+    stream = images(encoded=model.takes_bytes)
+    while batch := list(itertools.islice(stream, chunk)):
+        probabilities = model.probabilities(batch)
+        classes = probabilities.shape[-1]
+        names = names or [str(i) for i in range(classes)]
+        if len(names) != classes:
+            raise ValueError(f"{len(names)} label names for a model of {classes} classes.")
+        for p in probabilities:
+            yield [(names[i], float(p[i])) for i in np.argsort(-p)[: args.top_k]]

@@ -249,6 +249,18 @@ def test_tflite_answers_in_ai_edge_litert_and_mediapipe(exported, journey):
         assert line.split()[1:] == ["0", "1", "2", "0", "1", "2"], line
 
 
+def test_predict_answers_from_the_exported_files(exported, journey):
+    """`predict` on what export wrote: the SavedModel through its bytes signature (as a TF Serving
+    client), the newest version of an export directory, and a .tflite file with its labels."""
+    home, _, images, _ = journey
+    for model in (home / "serving", home / "serving" / "vit" / "1", home / "tflite" / "vit_int8-mixed.tflite"):
+        lines = run(KERAS_VIT, "predict", model, *images, "--top-k", "2").stdout.strip().splitlines()
+        assert [line.split(": ")[1].split()[0] for line in lines] == ["0", "1", "2"], (model, lines)
+        assert all(len(line.split(", ")) == 2 for line in lines)
+    refused = run(KERAS_VIT, "predict", home / "serving", images[0], "--crop", "0.9", expect=2)
+    assert "a SavedModel crops and resizes in its own graph" in refused.stderr
+
+
 def test_finetune_from_an_official_layout_npz_at_a_larger_resolution(journey):
     home, run_dir, _, _ = journey
     npz = home / "digits_vit.npz"

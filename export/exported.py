@@ -1,0 +1,99 @@
+"""Classifying images with exported files as their runtimes do: a SavedModel through its
+encoded-bytes signature (what a TF Serving client sends), a `.tflite` file on LiteRT's
+interpreter with each image resized whole to its input (as MediaPipe's `ImageClassifier` feeds it)."""
+
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+
+from keras_vit.export.litert import LiteRTModel
+from keras_vit.export.metadata import read_labels
+from keras_vit.export.serving import BYTES_SIGNATURE
+from keras_vit.export.source import ExportError
+from keras_vit.names import LABELS_FILE
+from keras_vit.transform import ImageTransform
+
+# Encoded images per call of the SavedModel's bytes signature.
+SERVING_BATCH = 32
+
+
+def is_exported(path):
+    """Whether `path` is a `.tflite` file, a SavedModel directory or an `export --saved-model`
+    directory (models.config beside `NAME/VERSION/` SavedModels)."""
+    path = Path(path)
+    return path.suffix == ".tflite" or (path / "saved_model.pb").is_file() or any(path.glob("*/*/saved_model.pb"))
+
+
+def load_exported(path, crop=None):
+    """A `SavedModelClassifier` or `TFLiteClassifier` for `path` (see `is_exported`); of an
+    export directory with several versions, the newest. `crop`: the centre-crop fraction a
+    `.tflite` file's images get before resizing (default 1: the whole image); a SavedModel
+    crops as it was exported."""
+    path = Path(path)
+    if path.suffix == ".tflite":
+        if not path.is_file():
+            raise ExportError(f"LiteRT file not found: {path}")
+        return TFLiteClassifier(path, 1.0 if crop is None else crop)
+    if crop is not None:
+        raise ExportError(
+            "a SavedModel crops and resizes in its own graph, as exported; --crop applies to .tflite files."
+        )
+    if not (path / "saved_model.pb").is_file():
+        found = sorted(path.glob("*/*/saved_model.pb"), key=lambda p: (p.parent.parent.name, _version(p.parent.name)))
+        names = sorted({p.parent.parent.name for p in found})
+        if len(names) > 1:
+            raise ExportError(f"{path} holds the SavedModels {', '.join(names)}; name one, e.g. {path / names[0]}.")
+        path = found[-1].parent
+    return SavedModelClassifier(path)
+
+
+def _version(name):
+    return int(name) if name.isdigit() else -1
+
+
+class SavedModelClassifier:
+    """A keras-vit SavedModel answering through `serve_image_bytes`: images decoded, resized and
+    cropped by the graph itself."""
+
+    takes_bytes = True
+
+    def __init__(self, path):
+        self.path = Path(path)
+        try:
+            self._signature = tf.saved_model.load(str(path)).signatures[BYTES_SIGNATURE]
+        except KeyError:
+            raise ExportError(f"{path} has no {BYTES_SIGNATURE} signature (not written by keras-vit export).") from None
+        except (OSError, ValueError, tf.errors.OpError) as error:
+            raise ExportError(f"cannot load the SavedModel {path}: {' '.join(str(error).split())[:200]}") from None
+        labels = self.path / "assets" / LABELS_FILE
+        self.labels = labels.read_text().splitlines() if labels.is_file() else None
+
+    def probabilities(self, encoded):
+        """`(N, classes)` probabilities of encoded JPEG/PNG/BMP/GIF images (bytes)."""
+        out = [
+            self._signature(image_bytes=tf.constant(encoded[start : start + SERVING_BATCH]))["probabilities"].numpy()
+            for start in range(0, len(encoded), SERVING_BATCH)
+        ]
+        return np.concatenate(out)
+
+
+class TFLiteClassifier:
+    """A `.tflite` classifier with the labels of its metadata; each image's centre `crop` fraction
+    is resized (bilinear) to the file's input."""
+
+    takes_bytes = False
+
+    def __init__(self, path, crop=1.0):
+        data = Path(path).read_bytes()
+        try:
+            self._model = LiteRTModel(data)
+        except (ValueError, RuntimeError) as error:
+            raise ExportError(f"cannot load the LiteRT file {path}: {' '.join(str(error).split())[:200]}") from None
+        self.path, self.labels = Path(path), read_labels(data)
+        self._transform = ImageTransform(tuple(int(s) for s in self._model.input["shape"][1:3]), crop, "bilinear")
+
+    def probabilities(self, images):
+        """`(N, classes)` probabilities of uint8 RGB images `(H, W, 3)` of any size."""
+        pixels = [np.asarray(self._transform(np.asarray(image))) for image in images]
+        return self._model.predict(np.stack(pixels))
