@@ -11,7 +11,7 @@ from keras_vit.export.litert import LiteRTModel
 from keras_vit.export.metadata import read_labels
 from keras_vit.export.serving import BYTES_SIGNATURE
 from keras_vit.export.source import ExportError
-from keras_vit.names import LABELS_FILE
+from keras_vit.names import LABELS_FILE, RUN_CHECKPOINTS
 from keras_vit.transform import ImageTransform
 
 # Encoded images per call of the SavedModel's bytes signature.
@@ -22,6 +22,8 @@ def is_exported(path):
     """Whether `path` is a `.tflite` file, a SavedModel directory or an `export --saved-model`
     directory (models.config beside `NAME/VERSION/` SavedModels)."""
     path = Path(path)
+    if any((path / name).is_file() for name in RUN_CHECKPOINTS):  # a run directory exported into
+        return False
     return path.suffix == ".tflite" or (path / "saved_model.pb").is_file() or any(path.glob("*/*/saved_model.pb"))
 
 

@@ -601,3 +601,26 @@ def test_cli_export_of_a_keras_file_with_uint8_io(source, run_dir, tmp_path, cap
         == 2
     )
     assert "exists; pass --overwrite" in capsys.readouterr().err
+
+
+def test_which_paths_predict_takes_as_exported_files(tmp_path):
+    from keras_vit.export import ExportError
+    from keras_vit.export.exported import is_exported, load_exported
+
+    for version in ("a/vit/1", "a/vit/2", "b/vit/1", "b/other/1", "run/vit/1"):
+        (tmp_path / version).mkdir(parents=True)
+        (tmp_path / version / "saved_model.pb").write_bytes(b"")
+    (tmp_path / "run" / "best.keras").write_bytes(b"")
+    assert is_exported(tmp_path / "a") and is_exported(tmp_path / "a" / "vit" / "2")
+    assert is_exported(tmp_path / "x.tflite") and not is_exported(tmp_path / "run")  # a run exported into
+    with pytest.raises(ExportError, match=r"holds the SavedModels other, vit; name one"):
+        load_exported(tmp_path / "b")
+    with pytest.raises(ExportError, match="--crop applies to .tflite files"):
+        load_exported(tmp_path / "a", crop=0.9)
+    with pytest.raises(ExportError, match="LiteRT file not found"):
+        load_exported(tmp_path / "x.tflite")
+    (tmp_path / "x.tflite").write_bytes(b"not a flatbuffer")
+    with pytest.raises(ExportError, match="cannot load the LiteRT file"):
+        load_exported(tmp_path / "x.tflite")
+    with pytest.raises(ExportError, match="cannot load the SavedModel"):
+        load_exported(tmp_path / "a")  # the newest version, vit/2: an empty saved_model.pb
