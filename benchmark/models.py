@@ -1,7 +1,13 @@
 """The models compared: keras_vit, keras-hub's ViT and timm's VisionTransformer, each built
 from the same `ViTConfig` with random weights, and their forward FLOPs."""
 
+import logging
+import sys
+
+from keras_vit.benchmark import torchvision_stub
 from keras_vit.config import ViTConfig
+
+logger = logging.getLogger("keras_vit")
 
 IMPLEMENTATIONS = ("keras_vit", "keras-hub", "timm")
 
@@ -52,14 +58,31 @@ def build_keras_hub(config, dtype="float32"):
     return keras_hub.models.ViTImageClassifier(backbone, num_classes=config.num_classes, dtype=dtype)
 
 
-def build_timm(config):
-    """timm's VisionTransformer of the same architecture (a torch module, float32)."""
+def import_timm():
+    """timm, imported. Where torchvision's compiled ops do not load beside this torch (the CUDA
+    wheel PyPI serves next to a CPU torch), timm is imported again over `torchvision_stub`, with a
+    note: its ViT never calls torchvision."""
     try:
-        from timm.models.vision_transformer import VisionTransformer
+        import timm.models.vision_transformer  # noqa: F401
     except ImportError:
         raise ValueError("--against timm needs timm and torch: pip install timm torch") from None
-    except RuntimeError as error:  # e.g. a CUDA torchvision wheel next to a CPU torch
-        raise ValueError(f"timm failed to import ({error}): install the torchvision built for your torch") from None
+    except RuntimeError as error:
+        if "torchvision" not in str(error):
+            raise ValueError(f"timm failed to import ({error})") from None
+        for name in [n for n in sys.modules if n.split(".")[0] in ("timm", "torchvision")]:
+            del sys.modules[name]
+        torchvision_stub.install()
+        import timm.models.vision_transformer  # noqa: F401
+
+        logger.warning("keras_vit: torchvision does not load beside this torch (%s); timm runs without it", error)
+    import timm
+
+    return timm
+
+
+def build_timm(config):
+    """timm's VisionTransformer of the same architecture (a torch module, float32)."""
+    VisionTransformer = import_timm().models.vision_transformer.VisionTransformer
     return VisionTransformer(
         img_size=tuple(config.image_size),
         patch_size=tuple(config.patch_size),

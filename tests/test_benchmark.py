@@ -1,13 +1,24 @@
 """The benchmark suite: FLOP counts, targets from rows, every kind run on a tiny model, CLI."""
 
 import json
+import subprocess
 import sys
 
 import keras
 import pytest
-import torchvision_stub
 
-from keras_vit.benchmark import inference, litert, machine, models, pipeline, report, suite, timing, training
+from keras_vit.benchmark import (
+    inference,
+    litert,
+    machine,
+    models,
+    pipeline,
+    report,
+    suite,
+    timing,
+    torchvision_stub,
+    training,
+)
 
 torchvision_stub.install()  # before timm: see torchvision_stub.py
 
@@ -685,3 +696,12 @@ def test_the_benchmark_command_drops_only_the_retracing_warning(caplog):
         assert [r.getMessage() for r in caplog.records] == ["something else"]
     finally:
         logger.filters[:] = filters
+
+
+def test_timm_imports_for_the_suite_in_a_fresh_process():
+    """`--against timm` from the installed command: where torchvision's compiled ops do not load
+    beside this torch (the dev environment's CUDA wheel), timm comes in over the stand-in."""
+    pytest.importorskip("timm")
+    code = "from keras_vit.benchmark.models import import_timm; print(import_timm().__name__)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and result.stdout.split()[-1] == "timm", result.stderr[-2000:]

@@ -8,10 +8,10 @@ swapped tensor shows), written to disk in their native formats, and compared on 
 import keras
 import numpy as np
 import pytest
-import torchvision_stub
 from helpers import perturb, sample_photos
 
 import keras_vit
+from keras_vit.benchmark import torchvision_stub
 
 torch = pytest.importorskip("torch")
 torchvision_stub.install()  # before timm: see torchvision_stub.py

@@ -1,9 +1,10 @@
-"""Test-only stand-in for torchvision, so timm imports on a CPU-only torch.
+"""A stand-in for torchvision, so timm imports beside a CPU-only torch.
 
 PyPI has no CPU build of torchvision and the CUDA wheel's compiled ops fail to load
 against CPU torch ("operator torchvision::nms does not exist"). timm imports torchvision
 at start-up for data transforms and feature extraction, none of which is on the ViT path:
 every `torchvision.*` module here is an empty shell whose attributes are inert classes.
+The benchmark falls back to it (`models.import_timm`); the parity tests install it first.
 """
 
 import importlib.abc
