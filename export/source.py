@@ -74,8 +74,9 @@ class ExportSource:
 def load_source(path, labels=None):
     """An `ExportSource` from a `keras-vit train` run directory (its best checkpoint and labels),
     a `.keras` file or any checkpoint keras_vit reads (`labels`: a labels file or list, else the
-    run's, else class indices). It holds no data until `with_data` gives it some, e.g. a run's
-    own from `keras_vit.training.export_samples`; without data, nothing is calibrated and the
+    run's, else the model's `class_names`, else class indices). It holds no data until
+    `with_data` gives it some, e.g. a run's own from `keras_vit.training.export_samples`;
+    without data, nothing is calibrated and the
     exports are checked against the Keras model on stand-in images."""
     try:
         model = saving.load_model(path)

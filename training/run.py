@@ -179,8 +179,9 @@ def predict(source, images, top_k=5, labels=None, crop=None):
     iterable of `(H, W, 3)` images of any size), in order.
 
     `source`: a run directory, a `.keras` file or a checkpoint; `labels`: a file or list of
-    class names (default: the run's `labels.txt`, else class indices); `crop`: the centre-crop
-    fraction before resizing (default: the model's own, `model.image_transform`)."""
+    class names (default: the run's `labels.txt`, else the model's `class_names`, else class
+    indices); `crop`: the centre-crop fraction before resizing (default: the model's own,
+    `model.image_transform`)."""
     return list(iter_predict(source, images, top_k, labels, crop))
 
 
