@@ -76,8 +76,8 @@ def load_source(path, labels=None):
     a `.keras` file or any checkpoint keras_vit reads (`labels`: a labels file or list, else the
     run's, else the model's `class_names`, else class indices). It holds no data until
     `with_data` gives it some, e.g. a run's own from `keras_vit.training.export_samples`;
-    without data, nothing is calibrated and the
-    exports are checked against the Keras model on stand-in images."""
+    without data, nothing is calibrated and the exports are checked against the Keras model
+    on stand-in images."""
     try:
         model = saving.load_model(path)
         names = saving.label_names(path, model, labels)
