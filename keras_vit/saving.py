@@ -56,6 +56,10 @@ def run_checkpoint(run_dir):
     for name in RUN_CHECKPOINTS:
         if (Path(run_dir) / name).is_file():
             return Path(run_dir) / name
+    if (Path(run_dir) / "saved_model.pb").is_file() or any(Path(run_dir).glob("*/*/saved_model.pb")):
+        raise ModelFileError(
+            f"{run_dir} is an exported SavedModel; give the run directory or .keras file it was exported from."
+        )
     raise ModelFileError(f"{run_dir} has no {' or '.join(RUN_CHECKPOINTS)} (has training finished an epoch?).")
 
 

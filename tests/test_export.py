@@ -624,3 +624,8 @@ def test_which_paths_predict_takes_as_exported_files(tmp_path):
         load_exported(tmp_path / "x.tflite")
     with pytest.raises(ExportError, match="cannot load the SavedModel"):
         load_exported(tmp_path / "a")  # the newest version, vit/2: an empty saved_model.pb
+    from keras_vit.saving import load_model
+
+    for exported in (tmp_path / "a", tmp_path / "a" / "vit" / "1"):  # given to export, convert, visualize...
+        with pytest.raises(ValueError, match="is an exported SavedModel; give the run directory or .keras file"):
+            load_model(exported)
