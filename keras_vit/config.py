@@ -8,7 +8,7 @@ import typing
 from collections.abc import Iterable
 from pathlib import Path
 
-from keras_vit.names import EVAL_CROP, INTERPOLATIONS, POOLING_MODES, POSEMB_INTERPOLATIONS
+from keras_vit.names import EVAL_CROP, INTERPOLATIONS, POOLING_MODES, POSEMB_INTERPOLATIONS, RESNET_GROUPS
 
 # Official ViT inputs: pixels in [0, 255] mapped to [-1, 1], i.e. (x - 127.5) / 127.5.
 OFFICIAL_MEAN = (127.5, 127.5, 127.5)
@@ -115,6 +115,13 @@ class ViTConfig:
                 f"choose num_heads among the divisors of {self.hidden_size} "
                 f"(e.g. {_nearest_divisor(self.hidden_size, self.num_heads)})."
             )
+        if self.resnet_layers is not None and (self.resnet_width < 1 or self.resnet_width % RESNET_GROUPS):
+            raise ValueError(
+                f"`resnet_width` must be a positive multiple of {RESNET_GROUPS} (the GroupNorm groups of the "
+                f"ResNet stem); got {self.resnet_width}."
+            )
+        if self.resnet_layers is not None and (not self.resnet_layers or min(self.resnet_layers) < 1):
+            raise ValueError(f"`resnet_layers` must list at least one stage of >= 1 units; got {self.resnet_layers}.")
         if self.resnet_numerics not in ("official", "timm"):
             raise ValueError(f"`resnet_numerics` must be 'official' or 'timm'; got {self.resnet_numerics!r}.")
         if self.classifier not in POOLING_MODES:

@@ -8,6 +8,9 @@ build `--help` and check arguments without loading Keras or TensorFlow.
 # The model's classifier: the class token, or the mean of the patch tokens ("global average pool").
 POOLING_MODES = ("token", "gap")
 
+# GroupNorm groups of the hybrid's ResNet stem (BiT): every ResNet width must divide by it.
+RESNET_GROUPS = 32
+
 # The evaluation transform (keras_vit.transform): resize to size / EVAL_CROP, then centre-crop to
 # size (Inception-style), by default; a model's config holds its own crop and interpolation.
 EVAL_CROP = 0.875

@@ -82,6 +82,12 @@ def test_overrides_and_grid():
         (dict(image_size=0), r"`image_size` must be positive; got 0\."),  # 0 % 16 == 0 passed before
         (dict(image_size=(224, -32)), r"`image_size` must be positive; got \(224, -32\)"),
         (dict(patch_size=0), r"`patch_size` must be positive; got 0\."),
+        # a GroupNorm of 32 groups on 16 channels failed deep inside the layer's build
+        (
+            dict(resnet_layers=(1, 1), resnet_width=16, patch_size=1),
+            r"`resnet_width` must be a positive multiple of 32",
+        ),
+        (dict(resnet_layers=(0, 2), patch_size=1), r"`resnet_layers` must list at least one stage of >= 1 units"),
         # types, as a YAML file gets them wrong (not int() errors that name no field)
         (dict(hidden_size="x"), r"field `hidden_size` must be an integer; got 'x'\."),
         (dict(hidden_size=96.0), r"field `hidden_size` must be an integer; got 96\.0\."),

@@ -9,8 +9,8 @@ import keras
 from keras import ops
 
 from keras_vit.layers.group_normalization import GroupNormalization
+from keras_vit.names import RESNET_GROUPS
 
-GROUPS = 32
 # Normalisation constants: the official Flax code (GroupNorm epsilon 1e-6, kernels divided by
 # std + 1e-5) and timm's port of it (GroupNorm 1e-5, kernels divided by sqrt(var + 1e-8)).
 # The differences reach 1e-4 in the logits; a model follows the code its weights came from.
@@ -57,7 +57,7 @@ def _std_conv(filters, kernel_size, numerics, name, policy, strides=1):
 
 def _group_norm(name, policy, numerics, zero_scale=False):
     return GroupNormalization(
-        GROUPS,
+        RESNET_GROUPS,
         epsilon=NUMERICS[numerics]["group_norm_epsilon"],
         gamma_initializer="zeros" if zero_scale else "ones",
         dtype=policy,
