@@ -13,10 +13,10 @@ _H = dict(hidden_size=1280, num_layers=32, num_heads=16, mlp_dim=5120)
 # name -> (description, ViTConfig fields). Parameter counts are at 224x224 with 1000 classes.
 PRESETS = {
     "vit_ti16": ("ViT-Ti/16 (DeiT/AugReg), 5.7M parameters", dict(_TI, patch_size=16)),
-    "vit_ti32": ("ViT-Ti/32 (AugReg)", dict(_TI, patch_size=32)),
+    "vit_ti32": ("ViT-Ti/32 (AugReg), 6.1M parameters", dict(_TI, patch_size=32)),
     "vit_s16": ("ViT-S/16 (DeiT/AugReg), 22.1M parameters", dict(_S, patch_size=16)),
-    "vit_s32": ("ViT-S/32 (AugReg)", dict(_S, patch_size=32)),
-    "vit_b8": ("ViT-B/8 (AugReg)", dict(_B, patch_size=8)),
+    "vit_s32": ("ViT-S/32 (AugReg), 22.9M parameters", dict(_S, patch_size=32)),
+    "vit_b8": ("ViT-B/8 (AugReg), 86.6M parameters", dict(_B, patch_size=8)),
     "vit_b16": ("ViT-B/16 (paper Table 1), 86.6M parameters", dict(_B, patch_size=16)),
     "vit_b32": ("ViT-B/32 (paper Table 1), 88.2M parameters", dict(_B, patch_size=32)),
     "vit_l16": ("ViT-L/16 (paper Table 1), 304.3M parameters", dict(_L, patch_size=16)),

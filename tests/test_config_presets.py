@@ -8,6 +8,9 @@ from keras_vit.config import ViTConfig
 
 OFFICIAL_PARAMETER_COUNTS = {
     "vit_ti16": 5_717_416,
+    "vit_ti32": 6_131_560,  # Ti/16's less 147 position embeddings, plus 2,304 inputs per patch filter
+    "vit_s32": 22_878_952,  # timm's vit_small_patch32_224
+    "vit_b8": 86_576_872,  # timm's vit_base_patch8_224
     "vit_s16": 22_050_664,
     "vit_b16": 86_567_656,
     "vit_b32": 88_224_232,
