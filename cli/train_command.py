@@ -52,7 +52,10 @@ _FLAGS = {
             "learning rate, clipping and 384-pixel resolution (each overridable; implies --recipe finetune)",
         ),
     ),
-    "--epochs": ("epochs", dict(type=int)),
+    "--epochs": (
+        "epochs",
+        dict(type=int, help="passes over the training data (default: digits 130, pretrain 300, finetune 10)"),
+    ),
     "--steps": ("steps", dict(type=int, help="total optimizer steps, instead of --epochs")),
     "--batch-size": ("batch_size", dict(type=int, help="per replica (global = this x replicas)")),
     "--global-batch-size": (
@@ -60,9 +63,19 @@ _FLAGS = {
         dict(type=int, help="instead of --batch-size; must divide by replicas"),
     ),
     "--learning-rate": ("learning_rate", dict(type=float, help="for a global batch of --base-batch-size")),
-    "--base-batch-size": ("base_batch_size", dict(type=int)),
-    "--weight-decay": ("weight_decay", dict(type=float)),
-    "--label-smoothing": ("label_smoothing", dict(type=float)),
+    "--base-batch-size": (
+        "base_batch_size",
+        dict(type=int, help="the global batch --learning-rate is given for (default: pretrain 4096, finetune 512)"),
+    ),
+    "--weight-decay": (
+        "weight_decay",
+        dict(
+            type=float,
+            help="decoupled weight decay, not on biases, norms and embeddings "
+            "(default: pretrain 0.1, finetune 0, digits 0.05)",
+        ),
+    ),
+    "--label-smoothing": ("label_smoothing", dict(type=float, help="in [0, 1) (default 0; digits 0.1)")),
     "--randaugment": ("randaugment", dict(type=float, help="RandAugment strength in (0, 1] (off by default)")),
     "--ema": (
         "ema",
@@ -70,7 +83,14 @@ _FLAGS = {
     ),
     "--mixup": ("mixup", dict(type=float, help="MixUp Beta alpha (0: off)")),
     "--cutmix": ("cutmix", dict(type=float, help="CutMix Beta alpha (0: off)")),
-    "--strategy": ("strategy", dict(choices=names.STRATEGIES)),
+    "--strategy": (
+        "strategy",
+        dict(
+            choices=names.STRATEGIES,
+            help="TensorFlow's tf.distribute strategy (auto: tpu with --tpu or TPU_NAME, mirrored over "
+            "several GPUs, else one device); under JAX every local device is used",
+        ),
+    ),
     "--tpu": ("tpu", dict(help="TPU name or address for --strategy tpu")),
     "--model-parallel": (
         "model_parallel",
@@ -80,13 +100,16 @@ _FLAGS = {
             "the blocks' kernels Megatron-style)",
         ),
     ),
-    "--precision": ("precision", dict(choices=names.PRECISIONS)),
-    "--steps-per-execution": ("steps_per_execution", dict(type=int)),
+    "--precision": ("precision", dict(choices=names.PRECISIONS, help="Keras dtype policy (default float32)")),
+    "--steps-per-execution": (
+        "steps_per_execution",
+        dict(type=int, help="training steps per compiled call; must divide the steps of an epoch"),
+    ),
     "--checkpoint-interval": (
         "checkpoint_interval",
         dict(type=float, help="seconds between saves of last.keras and the resume state (30; 0: every epoch)"),
     ),
-    "--seed": ("seed", dict(type=int)),
+    "--seed": ("seed", dict(type=int, help="seeds the weights, the splits and the augmentation (0)")),
 }
 
 
