@@ -180,6 +180,11 @@ def add_parser(subparsers):
         help="centre-crop fraction before resizing (default: the model's own, its config's crop_fraction, "
         f"{names.EVAL_CROP} unless trained otherwise; 1: resize only; for a .tflite file 1)",
     )
+    predict.add_argument(
+        "--json",
+        action="store_true",
+        help='one JSON object per image: {"image": PATH, "top_k": [{"label": NAME, "probability": P}, ...]}',
+    )
     predict.set_defaults(run=run_predict)
 
 
@@ -268,7 +273,11 @@ def run_predict(args):
 
         results = iter_predict(args.model, images(), args.top_k, labels=args.labels, crop=args.crop)
     for i, top in enumerate(results):  # image i's path is in `read` once its chunk was read
-        print(f"{read[i]}: " + ", ".join(f"{label} {p:.3f}" for label, p in top), flush=True)
+        if args.json:
+            top_k = [{"label": label, "probability": p} for label, p in top]
+            print(json.dumps({"image": str(read[i]), "top_k": top_k}, ensure_ascii=False), flush=True)
+        else:
+            print(f"{read[i]}: " + ", ".join(f"{label} {p:.3f}" for label, p in top), flush=True)
 
 
 def _predict_exported(args, images, chunk=256):

@@ -253,10 +253,15 @@ def test_predict_answers_from_the_exported_files(exported, journey):
     """`predict` on what export wrote: the SavedModel through its bytes signature (as a TF Serving
     client), the newest version of an export directory, and a .tflite file with its labels."""
     home, _, images, _ = journey
-    for model in (home / "serving", home / "serving" / "vit" / "1", home / "tflite" / "vit_int8-mixed.tflite"):
+    for model in (home / "serving", home / "serving" / "vit" / "1"):
         lines = run(KERAS_VIT, "predict", model, *images, "--top-k", "2").stdout.strip().splitlines()
         assert [line.split(": ")[1].split()[0] for line in lines] == ["0", "1", "2"], (model, lines)
         assert all(len(line.split(", ")) == 2 for line in lines)
+    tflite = home / "tflite" / "vit_int8-mixed.tflite"
+    answers = [json.loads(line) for line in run(KERAS_VIT, "predict", tflite, *images, "--json").stdout.splitlines()]
+    assert [a["image"] for a in answers] == [str(image) for image in images]
+    assert [a["top_k"][0]["label"] for a in answers] == ["0", "1", "2"] and all(len(a["top_k"]) == 5 for a in answers)
+    assert all(1.0 >= a["top_k"][0]["probability"] >= a["top_k"][1]["probability"] >= 0.0 for a in answers)
     refused = run(KERAS_VIT, "predict", home / "serving", images[0], "--crop", "0.9", expect=2)
     assert "a SavedModel crops and resizes in its own graph" in refused.stderr
 
