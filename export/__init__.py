@@ -8,9 +8,11 @@ Installed as `keras_vit.export` (see `package_dir` in setup.cfg). TensorFlow-onl
     source = source.with_data(export_samples(source.model, "runs/digits"))
     config = ExportConfig(saved_model_dir="export/serving", tflite_dir="export/tflite", modes=("float32", "int8"))
     report = export(source, config)    # or ExportConfig.from_yaml("export.yaml", name="digits")
+    load_exported("export/serving").probabilities([open("photo.jpg", "rb").read()])  # as TF Serving answers
 """
 
 from keras_vit.export.config import ExportConfig
+from keras_vit.export.exported import load_exported
 from keras_vit.export.exporter import export
 from keras_vit.export.frozen import freeze
 from keras_vit.export.litert import MODES, LiteRTModel, check_ops, convert, keras_module
@@ -28,6 +30,7 @@ __all__ = [
     "export",
     "freeze",
     "keras_module",
+    "load_exported",
     "load_source",
     "save_serving_model",
 ]
