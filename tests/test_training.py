@@ -864,3 +864,25 @@ def test_the_run_says_how_the_backend_executes_its_step(monkeypatch):
     ):
         monkeypatch.setattr(keras.backend, "backend", lambda name=backend: name)
         assert (run._execution(True), run._execution(False)) == expected
+
+
+def test_evaluation_labels_follow_the_models_class_order():
+    """A model whose class names list the data's classes in another order (a converted Hugging
+    Face model on an image folder) is evaluated with the labels mapped to its own order."""
+    import types
+
+    import tensorflow as tf
+
+    from keras_vit.training.run import _in_model_order
+
+    data = types.SimpleNamespace(
+        class_names=["cat", "dog", "owl"],
+        eval=tf.data.Dataset.from_tensor_slices((tf.zeros((3, 2)), tf.constant([0, 1, 2]))),
+    )
+    named = lambda *names: types.SimpleNamespace(class_names=names or None)  # noqa: E731
+    assert _in_model_order(data, named("cat", "dog", "owl"), "folder") is data.eval
+    assert _in_model_order(data, named(), "folder") is data.eval
+    reordered = _in_model_order(data, named("owl", "cat", "dog"), "folder")
+    assert [int(y) for _, y in reordered.as_numpy_iterator()] == [1, 2, 0]
+    with pytest.raises(ValueError, match=r"folder's classes are not the model's: owl \(the model's: cat, dog, emu\)"):
+        _in_model_order(data, named("cat", "dog", "emu"), "folder")

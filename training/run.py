@@ -151,7 +151,12 @@ def evaluate(source, dataset=None, verbose="auto"):
         )
     multiple = batch_multiple(c.batch_size)
     data = pipeline.eval_pipeline(
-        data_source.eval, model.image_transform, model.config.num_classes, c.batch_size, data_source.num_eval, multiple
+        _in_model_order(data_source, model, c.dataset),
+        model.image_transform,
+        model.config.num_classes,
+        c.batch_size,
+        data_source.num_eval,
+        multiple,
     )
     model.compile(
         # Padding examples (weight 0, see eval_pipeline) count in no metric; the loss averages
@@ -172,6 +177,25 @@ def evaluate(source, dataset=None, verbose="auto"):
     if saving.is_run_dir(source) and not dataset:
         (Path(source) / EVAL_FILE).write_text(json.dumps(result, indent=2) + "\n")
     return result
+
+
+def _in_model_order(data_source, model, dataset):
+    """The evaluation split with labels as the model's classes: a model with class names (a
+    converted Hugging Face one, say) may list the data's classes in another order; other names
+    are an error."""
+    import tensorflow as tf
+
+    names = list(data_source.class_names)
+    if model.class_names is None or list(model.class_names) == names:
+        return data_source.eval
+    if sorted(model.class_names) != sorted(names):
+        unknown = [n for n in names if n not in model.class_names]
+        raise ValueError(
+            f"{dataset}'s classes are not the model's: {', '.join(unknown[:5]) or 'the names differ'} "
+            f"(the model's: {', '.join(model.class_names[:5])}{', ...' if len(names) > 5 else ''})."
+        )
+    order = tf.constant([model.class_names.index(n) for n in names], tf.int64)
+    return data_source.eval.map(lambda image, label: (image, tf.gather(order, tf.cast(label, tf.int64))))
 
 
 def predict(source, images, top_k=5, labels=None, crop=None):
