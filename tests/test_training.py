@@ -567,8 +567,8 @@ from keras_vit.training import TrainConfig, fit
 from keras_vit.training import run
 captured = {{}}
 original = run._build_model
-def build(c, config):
-    captured["model"] = original(c, config)
+def build(*args):
+    captured["model"] = original(*args)
     return captured["model"]
 run._build_model = build
 fit(TrainConfig(run_dir={str(tmp_path / "run")!r}, model={SMALL_MODEL!r}, epochs=1, strategy="mirrored"), verbose=0)
