@@ -1,6 +1,7 @@
 """`ExportConfig`: everything an export depends on; YAML file + flag overrides."""
 
 import dataclasses
+import os
 from pathlib import Path
 
 from keras_vit.config import check_fields, check_types, read_yaml_options, to_plain_dict
@@ -56,8 +57,8 @@ class ExportConfig:
     def __post_init__(self):
         self.modes = (self.modes,) if isinstance(self.modes, str) else tuple(self.modes)
         for path in ("saved_model_dir", "tflite_dir", "report_dir"):
-            if getattr(self, path) is not None:
-                setattr(self, path, str(getattr(self, path)))
+            if getattr(self, path) is not None:  # `~/export` in a YAML file (no shell expands it)
+                setattr(self, path, os.path.expanduser(str(getattr(self, path))))
         try:  # a YAML file's `calibration_size: lots`, say
             check_types(self, "export option")
         except ValueError as error:

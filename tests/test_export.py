@@ -604,7 +604,11 @@ def test_cli_export_of_a_keras_file_with_uint8_io(source, run_dir, tmp_path, cap
 
 
 def test_which_paths_predict_takes_as_exported_files(tmp_path):
-    from keras_vit.export import ExportError
+    import os
+
+    from keras_vit.export import ExportConfig, ExportError
+
+    assert ExportConfig(tflite_dir="~/t").tflite_dir == os.path.expanduser("~/t")  # as a YAML file gives it
     from keras_vit.export.exported import is_exported, load_exported
 
     for version in ("a/vit/1", "a/vit/2", "b/vit/1", "b/other/1", "run/vit/1"):

@@ -886,3 +886,11 @@ def test_evaluation_labels_follow_the_models_class_order():
     assert [int(y) for _, y in reordered.as_numpy_iterator()] == [1, 2, 0]
     with pytest.raises(ValueError, match=r"folder's classes are not the model's: owl \(the model's: cat, dog, emu\)"):
         _in_model_order(data, named("cat", "dog", "emu"), "folder")
+
+
+def test_paths_in_a_config_file_expand_the_home_directory(tmp_path):
+    (tmp_path / "run.yaml").write_text("run_dir: ~/runs/x\ndataset: ~/flowers\nweights: ~/vit.npz\n")
+    c = TrainConfig.from_yaml(tmp_path / "run.yaml")
+    home = os.path.expanduser("~")
+    assert (c.run_dir, c.dataset, c.weights) == (f"{home}/runs/x", f"{home}/flowers", f"{home}/vit.npz")
+    assert TrainConfig().dataset == "digits" and TrainConfig(dataset="tfds:mnist").dataset == "tfds:mnist"

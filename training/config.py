@@ -1,6 +1,7 @@
 """`TrainConfig`: everything a training run depends on; YAML file + flag overrides."""
 
 import dataclasses
+import os
 
 from keras_vit.config import check_fields, check_types, read_yaml_options, to_plain_dict
 from keras_vit.names import AUGMENTS, DECAYS, PRECISIONS, PROTOCOLS, RECIPES, STRATEGIES
@@ -80,6 +81,9 @@ class TrainConfig:
     def __post_init__(self):
         check_types(self, "training option")
         self.crop_scale = tuple(float(v) for v in self.crop_scale)
+        for name in ("dataset", "run_dir", "weights"):  # `~/data` in a YAML file (no shell expands it)
+            if isinstance(getattr(self, name), str) and getattr(self, name).startswith("~"):
+                setattr(self, name, os.path.expanduser(getattr(self, name)))
         for name, choices in (
             ("recipe", RECIPES + (None,)),
             ("strategy", STRATEGIES),
