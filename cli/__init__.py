@@ -78,6 +78,7 @@ def build_parser():
             default=argparse.SUPPRESS,
             help="show TensorFlow's start-up and INFO log lines",
         )
+    parser.commands = subparsers.choices  # command name -> its parser
     return parser
 
 
@@ -111,7 +112,7 @@ def _native_noise_filtered():
 def _unrecognized(parser, command, unknown):
     """Exits (status 2) naming the command's unknown arguments and, for a misspelt or shortened
     option, the command's closest one."""
-    subparser = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
+    subparser = parser.commands[command]
     options = [o for action in subparser._actions for o in action.option_strings if o.startswith("--")]
     hints = []
     for argument in (a.split("=")[0] for a in unknown if a.startswith("--")):
