@@ -14,7 +14,7 @@ import tensorflow as tf
 from keras_vit.export import frozen
 from keras_vit.export.config import saved_model_policy
 from keras_vit.export.source import ExportError, require_tensorflow_backend
-from keras_vit.names import LABELS_FILE
+from keras_vit.names import JPEG_DCT_METHOD, LABELS_FILE
 from keras_vit.saving import in_policy
 
 logger = logging.getLogger("keras_vit")
@@ -76,7 +76,13 @@ class ServingModule(tf.Module):
 
     def _serve_image_bytes(self, image_bytes):
         def decode(data):
-            image = tf.io.decode_image(data, channels=3, expand_animations=False)
+            # JPEGs as training decodes them (see names.JPEG_DCT_METHOD); other formats as TensorFlow reads them.
+            image = tf.cond(
+                tf.io.is_jpeg(data),
+                lambda: tf.io.decode_jpeg(data, channels=3, dct_method=JPEG_DCT_METHOD),
+                lambda: tf.io.decode_image(data, channels=3, expand_animations=False),
+            )
+            image.set_shape([None, None, 3])
             return self._transform(image)
 
         spec = tf.TensorSpec(self._size + (3,), tf.float32)

@@ -11,6 +11,11 @@ POOLING_MODES = ("token", "gap")
 # GroupNorm groups of the hybrid's ResNet stem (BiT): every ResNet width must divide by it.
 RESNET_GROUPS = 32
 
+# TensorFlow's JPEG decoding (training pipelines, the SavedModel's bytes signature) uses the exact
+# integer IDCT, as Pillow (predict, visualize, inspect) does: its default, the fast IDCT, differed
+# from Pillow by up to 8 levels per pixel, a skew between training, serving and predict.
+JPEG_DCT_METHOD = "INTEGER_ACCURATE"
+
 # The evaluation transform (keras_vit.transform): resize to size / EVAL_CROP, then centre-crop to
 # size (Inception-style), by default; a model's config holds its own crop and interpolation.
 EVAL_CROP = 0.875

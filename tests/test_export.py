@@ -3,6 +3,7 @@ bfloat16 copy of that model, whose top-1 agreement needs a trained model to mean
 
 import base64
 import dataclasses
+import io
 import json
 import subprocess
 import sys
@@ -373,6 +374,15 @@ def test_frozen_saved_model_holds_no_variables_and_serves_what_keras_predicts(so
         png = tf.constant([tf.io.encode_png(np.round(i).astype(np.uint8)).numpy() for i in images[:2]])
         decoded = loaded.signatures["serve_image_bytes"](image_bytes=png)["probabilities"].numpy()
         np.testing.assert_allclose(decoded, keras_probabilities(source.model, np.round(images[:2])), atol=1e-4)
+        # A JPEG is decoded as Pillow decodes it (what predict and visualize read), not with
+        # TensorFlow's default fast IDCT (up to 8 levels off).
+        import PIL.Image
+
+        jpeg = io.BytesIO()
+        PIL.Image.fromarray(np.round(images[0]).astype(np.uint8)).save(jpeg, format="JPEG", quality=90)
+        by_pil = np.asarray(PIL.Image.open(jpeg).convert("RGB"), np.float32)[None]
+        served = loaded.signatures["serve_image_bytes"](image_bytes=tf.constant([jpeg.getvalue()]))["probabilities"]
+        np.testing.assert_allclose(served.numpy(), keras_probabilities(source.model, by_pil), atol=1e-4)
     assert len(weights[False]) >= len(source.model.weights) and weights[True] == []
 
 

@@ -894,3 +894,16 @@ def test_paths_in_a_config_file_expand_the_home_directory(tmp_path):
     home = os.path.expanduser("~")
     assert (c.run_dir, c.dataset, c.weights) == (f"{home}/runs/x", f"{home}/flowers", f"{home}/vit.npz")
     assert TrainConfig().dataset == "digits" and TrainConfig(dataset="tfds:mnist").dataset == "tfds:mnist"
+
+
+def test_folder_images_decode_as_pillow_decodes_them(tmp_path):
+    """Training reads JPEGs (RGB and CMYK) pixel for pixel as predict, visualize and inspect
+    (Pillow) read them; TensorFlow's default fast IDCT was up to 8 levels off."""
+    import tensorflow as tf
+
+    pixels = np.random.default_rng(0).integers(0, 256, (37, 45, 3)).astype(np.uint8)
+    for mode in ("RGB", "CMYK", "L"):
+        path = tmp_path / f"{mode}.jpg"
+        Image.fromarray(pixels).convert(mode).save(path, quality=90)
+        expected = np.asarray(Image.open(path).convert("RGB"))
+        np.testing.assert_array_equal(datasets._decode_file(tf.constant(str(path))).numpy(), expected)

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from keras_vit.names import IMAGE_EXTENSIONS
+from keras_vit.names import IMAGE_EXTENSIONS, JPEG_DCT_METHOD
 
 logger = logging.getLogger("keras_vit")
 _WARNED = set()  # (folder, count) of the unreadable-files warnings given
@@ -319,8 +319,17 @@ def network_available(host="storage.googleapis.com", timeout=3.0):
 
 
 def _decode_file(path):
-    data = tf.io.read_file(path)
-    image = tf.io.decode_image(data, channels=3, expand_animations=False)  # RGBA/gray/palette -> RGB
+    return _decode_image(tf.io.read_file(path))
+
+
+def _decode_image(data):
+    """An encoded image -> uint8 RGB `(H, W, 3)` (RGBA, gray, palette, CMYK too; a GIF's first
+    frame; 16-bit images scaled to 8), JPEGs with `JPEG_DCT_METHOD` as Pillow decodes them."""
+    image = tf.cond(
+        tf.io.is_jpeg(data),
+        lambda: tf.io.decode_jpeg(data, channels=3, dct_method=JPEG_DCT_METHOD),
+        lambda: tf.io.decode_image(data, channels=3, expand_animations=False),
+    )
     image.set_shape([None, None, 3])
     return image
 
