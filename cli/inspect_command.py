@@ -26,8 +26,10 @@ def run(args):
     from keras_vit import inspect, plot
     from keras_vit.saving import load_model
 
-    model = load_model(args.model)
     out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file; inspect writes its figures into a folder.")
+    model = load_model(args.model)
     transform = model.image_transform  # as the model is evaluated
     if args.images:
         pixels = np.stack([image_io.load_image(p, transform)[0] for p in args.images])

@@ -237,6 +237,7 @@ def test_inspect_command_writes_every_figure(digits_model, tmp_path):
     [
         (["visualize", "missing.keras", "x.png", "--out", "o.png"], "model file not found: missing.keras"),
         (["inspect", ".", "--out", "figs"], "has no best.keras or last.keras"),
+        (["inspect", ".", "--out", "afile"], "--out afile is a file; inspect writes its figures into a folder."),
         (
             ["visualize", "m.keras", "x.png", "--class-index", "3", "--out", "o.png"],
             "--class-index applies to the saliency methods; rollout shows the attention itself",
@@ -247,6 +248,7 @@ def test_visualize_and_inspect_bad_input(argv, message, tmp_path, monkeypatch, c
     from keras_vit_cli import main
 
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("")  # [Errno 17] File exists, before
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0]
