@@ -71,6 +71,9 @@ class ExportConfig:
             raise ExportError(f"unknown input/output type {self.io_type!r}; choose from {', '.join(sorted(io_types))}.")
         if not self.saved_model_dir and not self.tflite_dir:
             raise ExportError("nothing to export: give a SavedModel directory, a TFLite directory or both.")
+        for name in ("saved_model_dir", "tflite_dir", "report_dir"):
+            if getattr(self, name) and Path(getattr(self, name)).is_file():
+                raise ExportError(f"{name} {getattr(self, name)} is a file; export writes into a folder.")
         if self.saved_model_precision is not None:
             saved_model_policy(self.saved_model_precision)
         if self.freeze and not self.saved_model_dir:

@@ -619,6 +619,9 @@ def test_which_paths_predict_takes_as_exported_files(tmp_path):
     from keras_vit.export import ExportConfig, ExportError
 
     assert ExportConfig(tflite_dir="~/t").tflite_dir == os.path.expanduser("~/t")  # as a YAML file gives it
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(ExportError, match="tflite_dir .*afile is a file; export writes into a folder"):
+        ExportConfig(tflite_dir=str(tmp_path / "afile"))  # [Errno 17] File exists, after loading the model
     from keras_vit.export.exported import is_exported, load_exported
 
     for version in ("a/vit/1", "a/vit/2", "b/vit/1", "b/other/1", "run/vit/1"):
