@@ -320,6 +320,7 @@ def test_tfds_offline_and_unknown_fail_fast(monkeypatch, tmp_path, caplog):
         (["--image-size", "0"], "`image_size` must be positive; got 0."),  # was taken as "not given"
         (["--steps-per-execution", "8"], "steps_per_execution 8 does not divide the 44 steps of an epoch"),
         (["--learning-rate", "-1"], "learning_rate must be > 0.0; got -1.0."),  # trained to a loss of 2.6e5
+        (["--dataset", ""], "unknown dataset ''"),  # was the working directory as an image folder
         (["--weight-decay", "-0.1"], "weight_decay must be >= 0.0; got -0.1."),
         (["--label-smoothing", "1"], "label_smoothing must be in [0.0, 1.0); got 1.0."),
         (["--mixup", "-1"], "mixup must be >= 0.0; got -1.0."),

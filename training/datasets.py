@@ -46,7 +46,7 @@ def load(config):
     if config.dataset.startswith("tfds:"):
         return tfds_source(config.dataset[5:], config.train_split, config.eval_split, config.selection_fraction)
     path = Path(config.dataset)
-    if path.is_dir():
+    if config.dataset.strip() and path.is_dir():  # Path("") is the working directory
         return folder(path, config.validation_fraction, config.seed, config.selection_fraction)
     raise ValueError(
         f"unknown dataset {config.dataset!r}: use 'digits', 'tfds:NAME' or an image folder (one sub-folder per class)."
