@@ -103,7 +103,8 @@ def folder(path, validation_fraction=0.2, seed=0, selection_fraction=0.0):
     empty = [name for label, name in enumerate(classes) if label not in {label for _, label in readable}]
     if empty:
         raise ValueError(
-            f"{path}: class folder(s) without readable images: {', '.join(empty[:5])}; add images or remove them."
+            f"{path}: class folder(s) without readable images ({', '.join(IMAGE_EXTENSIONS)}): "
+            f"{', '.join(empty[:5])}; add images or remove them."
         )
     if len(classes) < 2:
         raise ValueError(f"{path} has one class folder ({classes[0]}); a classifier needs at least 2.")
