@@ -376,9 +376,8 @@ def test_empty_folder_and_foreign_run_dir(tmp_path, capsys):
     _write_folder(tmp_path / "data")
     (tmp_path / "data" / "owl").mkdir()  # a class the head would have and no image would teach
     assert main(["train", "--dataset", str(tmp_path / "data"), "--run-dir", str(tmp_path / "r")]) == 2
-    assert "class folder(s) without readable images (.jpg, .jpeg, .png, .bmp, .gif): owl; add images or remove them" in (
-        capsys.readouterr().err
-    )
+    err = capsys.readouterr().err
+    assert "class folder(s) without readable images (.jpg, .jpeg, .png, .bmp, .gif): owl; add images or" in err
     (tmp_path / "data" / "owl").rmdir()
     shutil.rmtree(tmp_path / "data" / "dog")
     assert main(["train", "--dataset", str(tmp_path / "data"), "--run-dir", str(tmp_path / "r")]) == 2
