@@ -166,7 +166,9 @@ def add_parser(subparsers):
     )
     predict.add_argument("model", help="run directory, .keras file, checkpoint, SavedModel or .tflite file")
     predict.add_argument(
-        "images", nargs="+", help="image files (any format Pillow reads) and folders (their JPEG/PNG/BMP/GIF files)"
+        "images",
+        nargs="+",
+        help="image files (any format Pillow reads) and folders (their JPEG/PNG/BMP/GIF/WebP files)",
     )
     predict.add_argument("--top-k", type=int, default=5, help="how many classes to print per image (default 5)")
     predict.add_argument(

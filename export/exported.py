@@ -72,7 +72,7 @@ class SavedModelClassifier:
         self.labels = labels.read_text().splitlines() if labels.is_file() else None
 
     def probabilities(self, encoded):
-        """`(N, classes)` probabilities of encoded JPEG/PNG/BMP/GIF images (bytes)."""
+        """`(N, classes)` probabilities of encoded JPEG/PNG/BMP/GIF/WebP images (bytes)."""
         out = [
             self._signature(image_bytes=tf.constant(encoded[start : start + SERVING_BATCH]))["probabilities"].numpy()
             for start in range(0, len(encoded), SERVING_BATCH)

@@ -33,7 +33,7 @@ LABELS_FILE = "labels.txt"
 
 # Image files read from folders (training's class folders, `keras-vit predict FOLDER`): the
 # formats TensorFlow's decode_image reads.
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp")
 
 # A run directory (keras-vit train): the resolved config, the class names, the evaluation, and the
 # model files, of which the first one present is the run's model.

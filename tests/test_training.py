@@ -377,7 +377,7 @@ def test_empty_folder_and_foreign_run_dir(tmp_path, capsys):
     (tmp_path / "data" / "owl").mkdir()  # a class the head would have and no image would teach
     assert main(["train", "--dataset", str(tmp_path / "data"), "--run-dir", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err
-    assert "class folder(s) without readable images (.jpg, .jpeg, .png, .bmp, .gif): owl; add images or" in err
+    assert "class folder(s) without readable images (.jpg, .jpeg, .png, .bmp, .gif, .webp): owl; add" in err
     (tmp_path / "data" / "owl").rmdir()
     shutil.rmtree(tmp_path / "data" / "dog")
     assert main(["train", "--dataset", str(tmp_path / "data"), "--run-dir", str(tmp_path / "r")]) == 2
@@ -899,13 +899,17 @@ def test_paths_in_a_config_file_expand_the_home_directory(tmp_path):
 
 
 def test_folder_images_decode_as_pillow_decodes_them(tmp_path):
-    """Training reads JPEGs (RGB and CMYK) pixel for pixel as predict, visualize and inspect
-    (Pillow) read them; TensorFlow's default fast IDCT was up to 8 levels off."""
+    """Training reads JPEGs (RGB, CMYK, gray) and WebP pixel for pixel as predict, visualize and
+    inspect (Pillow) read them; TensorFlow's default fast IDCT was up to 8 levels off."""
     import tensorflow as tf
 
     pixels = np.random.default_rng(0).integers(0, 256, (37, 45, 3)).astype(np.uint8)
-    for mode in ("RGB", "CMYK", "L"):
-        path = tmp_path / f"{mode}.jpg"
-        Image.fromarray(pixels).convert(mode).save(path, quality=90)
-        expected = np.asarray(Image.open(path).convert("RGB"))
-        np.testing.assert_array_equal(datasets._decode_file(tf.constant(str(path))).numpy(), expected)
+    for name, mode in (("rgb.jpg", "RGB"), ("cmyk.jpg", "CMYK"), ("gray.jpg", "L"), ("lossy.webp", "RGB")):
+        Image.fromarray(pixels).convert(mode).save(tmp_path / name, quality=90)
+        expected = np.asarray(Image.open(tmp_path / name).convert("RGB"))
+        np.testing.assert_array_equal(datasets._decode_file(tf.constant(str(tmp_path / name))).numpy(), expected)
+    # WebP files are read from class folders too
+    for label in ("a", "b"):
+        (tmp_path / "data" / label).mkdir(parents=True)
+        (tmp_path / "data" / label / "x.webp").write_bytes((tmp_path / "lossy.webp").read_bytes())
+    assert [name for name, _, _ in datasets._list_images(tmp_path / "data", ["a", "b"])] == ["a/x.webp", "b/x.webp"]

@@ -78,7 +78,7 @@ def digits(validation_fraction=0.2, seed=0, selection_fraction=0.0):
 
 
 def folder(path, validation_fraction=0.2, seed=0, selection_fraction=0.0):
-    """One sub-folder per class of JPEG/PNG/BMP/GIF files, split as `digits` is; grayscale,
+    """One sub-folder per class of JPEG/PNG/BMP/GIF/WebP files, split as `digits` is; grayscale,
     CMYK, palette and RGBA images become RGB.
 
     Files are listed in parallel and checked by TensorFlow in a parallel tf.data pass (see
