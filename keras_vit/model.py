@@ -44,7 +44,7 @@ class ViT(keras.Model):
         # `compile` (loss scaling for mixed_float16) and to serialisation.
         self.dtype_policy = parts.patch_embedding.dtype_policy
         self.config = config
-        self.class_names = check_class_names(class_names, config.num_classes)
+        self.class_names = _check_class_names(class_names, config.num_classes)
         self._parts = parts
         self._attention_model = None
         self._stateless_predict = None
@@ -291,7 +291,7 @@ class _Parts:
         return self.classifier(x) if self.classifier is not None else x
 
 
-def check_class_names(class_names, num_classes):
+def _check_class_names(class_names, num_classes):
     """`class_names` as a tuple of strings, one per class (None stays None); a ValueError otherwise."""
     if class_names is None:
         return None
