@@ -8,6 +8,7 @@ import argparse
 import contextlib
 import difflib
 import importlib
+import importlib.metadata
 import os
 import re
 import sys
@@ -54,6 +55,14 @@ _NATIVE_NOISE = re.compile(
 )
 
 
+def _installed_version():
+    """The installed distribution's version, read without importing keras_vit (and Keras)."""
+    try:
+        return importlib.metadata.version("keras-vit")
+    except importlib.metadata.PackageNotFoundError:
+        return "(not installed)"
+
+
 def build_parser():
     # No abbreviated options: `--model` must not silently mean `--model-parallel`.
     parser = argparse.ArgumentParser(
@@ -67,6 +76,7 @@ def build_parser():
         action="store_true",
         help="show TensorFlow's start-up and INFO log lines (hidden unless TF_CPP_MIN_LOG_LEVEL is set)",
     )
+    parser.add_argument("--version", action="version", version=f"keras-vit {_installed_version()}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for command in COMMANDS:
         command.add_parser(subparsers)

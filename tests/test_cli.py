@@ -135,7 +135,7 @@ def test_convert_bad_input(argv, message, capsys, tmp_path, monkeypatch):
 
 
 def test_help_and_argument_errors_answer_without_importing_keras():
-    for argv in (["--help"], ["train", "--help"], ["export", "--help"], ["train", "--recipe", "nope"]):
+    for argv in (["--help"], ["--version"], ["train", "--help"], ["export", "--help"], ["train", "--recipe", "nope"]):
         result = subprocess.run(
             [sys.executable, "-X", "importtime", "-m", "keras_vit_cli", *argv],
             capture_output=True,
@@ -148,6 +148,10 @@ def test_help_and_argument_errors_answer_without_importing_keras():
         heavy = sorted(m for m in imported if m.split(".")[0] in ("keras", "tensorflow", "jax", "torch", "keras_vit"))
         assert imported and not heavy, (argv, heavy[:5])
         assert result.returncode == (2 if argv[-1] == "nope" else 0), argv
+        if argv == ["--version"]:
+            import keras_vit
+
+            assert result.stdout.strip() == f"keras-vit {keras_vit.__version__}"
 
 
 def test_the_command_lines_own_choice_lists_match_the_library():
