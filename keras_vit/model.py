@@ -189,13 +189,15 @@ class ViT(keras.Model):
         return new
 
     def get_config(self):
-        return {
+        config = {
             "config": self.config.to_dict(),
             "dtype": keras.saving.serialize_keras_object(self.dtype_policy),
-            "class_names": None if self.class_names is None else list(self.class_names),
             "name": self.name,
             "trainable": self.trainable,
         }
+        if self.class_names is not None:  # absent otherwise: such files load in keras_vit 0.1 too
+            config["class_names"] = list(self.class_names)
+        return config
 
     @classmethod
     def from_config(cls, config):
