@@ -290,6 +290,7 @@ def _predict_exported(args, images, chunk=256):
     import numpy as np
 
     from keras_vit.export.exported import load_exported
+    from keras_vit.saving import index_names
 
     model = load_exported(args.model, args.crop)
     names = Path(args.labels).read_text().splitlines() if args.labels else model.labels
@@ -297,7 +298,7 @@ def _predict_exported(args, images, chunk=256):
     while batch := list(itertools.islice(stream, chunk)):
         probabilities = model.probabilities(batch)
         classes = probabilities.shape[-1]
-        names = names or [str(i) for i in range(classes)]
+        names = names or index_names(classes)
         if len(names) != classes:
             raise ValueError(f"{len(names)} label names for a model of {classes} classes.")
         for p in probabilities:

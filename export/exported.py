@@ -12,6 +12,7 @@ from keras_vit.export.metadata import read_labels
 from keras_vit.export.serving import BYTES_SIGNATURE
 from keras_vit.export.source import ExportError
 from keras_vit.names import LABELS_FILE, RUN_CHECKPOINTS
+from keras_vit.saving import holds_saved_model
 from keras_vit.transform import ImageTransform
 
 # Encoded images per call of the SavedModel's bytes signature.
@@ -24,7 +25,7 @@ def is_exported(path):
     path = Path(path)
     if any((path / name).is_file() for name in RUN_CHECKPOINTS):  # a run directory exported into
         return False
-    return path.suffix == ".tflite" or (path / "saved_model.pb").is_file() or any(path.glob("*/*/saved_model.pb"))
+    return path.suffix == ".tflite" or holds_saved_model(path)
 
 
 def load_exported(path, crop=None):

@@ -51,12 +51,19 @@ def is_run_dir(path):
     return path.is_dir() and not (path / "config.json").is_file()
 
 
+def holds_saved_model(path):
+    """Whether `path` is a SavedModel directory or one `export --saved-model` wrote (its
+    `NAME/VERSION/` SavedModels)."""
+    path = Path(path)
+    return (path / "saved_model.pb").is_file() or any(path.glob("*/*/saved_model.pb"))
+
+
 def run_checkpoint(run_dir):
     """The `.keras` file of a run directory: `best.keras`, else `last.keras`."""
     for name in RUN_CHECKPOINTS:
         if (Path(run_dir) / name).is_file():
             return Path(run_dir) / name
-    if (Path(run_dir) / "saved_model.pb").is_file() or any(Path(run_dir).glob("*/*/saved_model.pb")):
+    if holds_saved_model(run_dir):
         raise ModelFileError(
             f"{run_dir} is an exported SavedModel; give the run directory or .keras file it was exported from."
         )
