@@ -11,20 +11,21 @@ def add_parser(subparsers):
     parser = subparsers.add_parser(
         "export",
         help="export a trained model for TF Serving (SavedModel) and devices (LiteRT/TFLite)",
-        description="Export a `keras-vit train` run directory (its best checkpoint, labels and data) or a .keras "
-        "file. --saved-model writes DIR/NAME/VERSION/ for TF Serving (signatures serving_default on float pixels "
-        "and serve_image_bytes on encoded JPEG/PNG, warm-up requests, models.config), in float32 or, with "
-        "--saved-model-precision bfloat16, with bf16 matmuls for CPUs that have them; frozen (--freeze, the "
-        "default for bfloat16) its weights are graph constants, which TensorFlow runs faster on CPU. --tflite writes "
-        "NAME_MODE.tflite files with label metadata (MediaPipe-ready), builtin ops only. Every artifact is run on "
-        "the held-out images; the report (export_report.json/.md) gives size, top-1, agreement with the Keras "
-        f"model and batch-1 latency; export_config.yaml beside it records the options. Quantisation modes: "
-        f"{', '.join(_MODES)}.",
+        description="Export a `keras-vit train` run directory (its best checkpoint, labels and data), a "
+        ".keras file or a checkpoint. --saved-model writes DIR/NAME/VERSION/ for TF Serving (signatures "
+        "serving_default on float pixels and serve_image_bytes on encoded JPEG/PNG/BMP/GIF/WebP, warm-up "
+        "requests, models.config), in float32 or, with --saved-model-precision bfloat16, with bf16 matmuls for "
+        "CPUs that have them; frozen (--freeze, the default for bfloat16) its weights are graph constants, which "
+        "TensorFlow runs faster on CPU. --tflite writes NAME_MODE.tflite files with label metadata "
+        "(MediaPipe-ready), builtin ops only. Every artifact is run on the held-out images (--dataset: another "
+        "data's, needed for calibrated modes of a model without a run); the report (export_report.json/.md) "
+        "gives size, top-1, agreement with the Keras model and batch-1 latency; export_config.yaml beside it "
+        f"records the options. Quantisation modes: {', '.join(_MODES)}.",
     )
     parser.add_argument(
         "--config", help="YAML file of export options (ExportConfig fields, e.g. modes: [float32, int8]); flags win"
     )
-    parser.add_argument("source", help="run directory from `keras-vit train`, or a .keras model file")
+    parser.add_argument("source", help="run directory from `keras-vit train`, .keras model file or checkpoint")
     parser.add_argument("--saved-model", metavar="DIR", help="TF Serving model base directory")
     parser.add_argument("--tflite", metavar="DIR", help="directory for the .tflite files")
     parser.add_argument(
