@@ -40,8 +40,12 @@ def export(source, config=None, **options):
             raise ExportError(f"{Path(c.tflite_dir) / taken[0]} exists; pass --overwrite to replace it.")
     needs_calibration = any(mode in litert.CALIBRATED for _, _, mode in plan)
     if needs_calibration and source.calibration_images is None:
+        calibrated = [mode for mode in litert.MODES if mode in {mode for _, _, mode in plan} & set(litert.CALIBRATED)]
+        uncalibrated = " ".join(mode for mode in litert.MODES if mode not in litert.CALIBRATED)
+        which = f"the {calibrated[0]} mode needs" if len(calibrated) == 1 else f"the {', '.join(calibrated)} modes need"
         raise ExportError(
-            "int8, int8-mixed and int16x8 need calibration images: export a run directory or pass --dataset."
+            f"{which} calibration images: export a run directory, pass --dataset, or choose --quantize among "
+            f"{uncalibrated}."
         )
     if c.fine_tunes and source.train is None:
         raise ExportError("QAT, pruning and clustering fine-tune: export a run directory or pass --dataset.")
