@@ -256,7 +256,8 @@ def run_predict(args):
     files, read = image_io.image_files(args.images), []
 
     def images(encoded=False):
-        # Read as the predictions go, so a long list or a big folder is never held whole.
+        # Read as the predictions go, so a long list or a big folder is never held whole. Files sent
+        # encoded (to a SavedModel) are decoded here as well, so that an unreadable one is skipped.
         for path, in_folder in files:
             try:
                 image = image_io.load_image(path, None)[0]
