@@ -81,7 +81,10 @@ def main(argv):
         return 2
     setup()
     if argv[0] == "demo":
-        env = backend_env("tensorflow")
+        # As a user runs the command: without TF_CPP_MIN_LOG_LEVEL, which would show TensorFlow's
+        # start-up lines (keras-vit hides them unless the variable or --verbose asks for them).
+        env = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}
+        env["KERAS_BACKEND"] = "tensorflow"
         return run(
             BIN / "keras-vit", "train", "--dataset", "digits", "--run-dir", "runs/digits", *argv[1:], env=env
         ) or run(
