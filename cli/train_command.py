@@ -120,7 +120,8 @@ def add_parser(subparsers):
         description="Train a ViT. With no options: a small ViT on scikit-learn's bundled digits (offline). "
         "Options come from --config (YAML of training options) and are overridden by flags. The run "
         "directory gets config.yaml, labels.txt, best.keras, last.keras, log.csv, tensorboard/ and eval.json; "
-        "the same command resumes an interrupted run.",
+        "the same command resumes an interrupted run and, for a finished one, prints its evaluation "
+        "without training again.",
     )
     train.add_argument("--config", help="YAML file of training options (flags override it)")
     for flag, (_, options) in _FLAGS.items():
@@ -133,7 +134,12 @@ def add_parser(subparsers):
         "TensorFlow CPU-only machines, where TensorFlow's graph mode is faster, except "
         "mixed_bfloat16 on CPUs without bfloat16 instructions)",
     )
-    train.add_argument("--overwrite", action="store_true", help="replace a run directory of another config")
+    train.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="train from scratch, replacing the run in --run-dir (a finished run, an interrupted one, or "
+        "one of another config)",
+    )
     processes = train.add_argument_group(
         "several processes (JAX)",
         "Start the same command once per process (one per host, or per accelerator group), each with its "

@@ -412,6 +412,26 @@ def test_run_resumes_with_execution_settings_changed(tmp_path, caplog):
     assert not (run_dir / "backup").exists()
 
 
+def test_finished_run_is_not_trained_again_unless_overwritten(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    args = ["train", "--epochs", "2", "--run-dir", str(run_dir)]
+    assert main(args) == 0
+    trained = json.loads(capsys.readouterr().out.splitlines()[-1])  # after the progress bars
+    files = {p.name: p.stat().st_mtime_ns for p in run_dir.iterdir()}
+    log = (run_dir / "log.csv").read_text()
+    assert main(args) == 0  # the same command again: the finished run's evaluation, nothing retrained
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == trained  # nothing else: no progress bar
+    assert f"{run_dir} is finished; its eval.json follows (--overwrite trains it again)" in captured.err
+    assert {p.name: p.stat().st_mtime_ns for p in run_dir.iterdir()} == files
+    assert (run_dir / "log.csv").read_text() == log
+    (run_dir / "worker_1" / "backup").mkdir(parents=True)  # a worker's resume state of the old run
+    assert main([*args, "--overwrite"]) == 0  # trained from scratch: two epochs logged, not four
+    assert "is finished" not in capsys.readouterr().err
+    assert (run_dir / "log.csv").read_text().count("\n") == 3 and not (run_dir / "worker_1").exists()
+    assert (run_dir / "best.keras").stat().st_mtime_ns > files["best.keras"]
+
+
 def test_nan_loss_stops_with_a_reason(tmp_path):
     config = TrainConfig(run_dir=str(tmp_path / "run"), model=SMALL_MODEL, epochs=2, learning_rate=1e9)
     with pytest.raises(TrainingError, match=r"stopped: loss became nan at epoch 1, step \d+"):

@@ -3,7 +3,6 @@
 import dataclasses
 import json
 import logging
-import os
 import shutil
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from keras_vit.checkpoints import known
 from keras_vit.training import datasets, multi_worker, pipeline, recipes
 from keras_vit.training.callbacks import AtomicCheckpoint, PeriodicBackupAndRestore, StopOnNaN
 from keras_vit.training.config import TrainConfig
-from keras_vit.training.strategy import batch_multiple, make_placement, this_process_only
+from keras_vit.training.strategy import agree, batch_multiple, make_placement, this_process_only
 from keras_vit.transform import ImageTransform
 
 logger = logging.getLogger("keras_vit")
@@ -33,13 +32,19 @@ def fit(config, overwrite=False, verbose="auto"):
 
     The run directory gets `config.yaml` (resolved), `labels.txt`, `best.keras`/`last.keras`,
     `log.csv`, `tensorboard/`, `backup/` (resume state) and `eval.json`. Started again with
-    the same config, an interrupted run resumes where its last completed epoch left it.
+    the same config, an interrupted run resumes where its last completed epoch left it, and a
+    finished one (its `eval.json` written, no resume state left) is not trained again: its
+    `eval.json` is returned. `overwrite` empties the directory first and trains from scratch.
     """
     c = config.resolved()
     # A bad preset, model field or checkpoint fails before the run directory is touched.
     model_config = _model_config(c, num_classes=2)
     run_dir = _prepare_run_dir(c, overwrite)
     placement = make_placement(c)  # first: multi-worker collectives must be set up before any op
+    # Several JAX processes: process 0's view of the directory decides for all.
+    if agree(_is_finished(run_dir)):
+        logger.info("keras_vit: %s is finished; its %s follows (--overwrite trains it again)", run_dir, EVAL_FILE)
+        return json.loads((run_dir / EVAL_FILE).read_text()) if placement.is_chief else None
     keras.utils.set_random_seed(c.seed)
     global_batch = _global_batch(c, placement.replicas)
     source = datasets.load(c)
@@ -325,8 +330,8 @@ EXECUTION_FIELDS = ("jit_compile", "steps_per_execution", "checkpoint_interval")
 
 def _prepare_run_dir(c, overwrite):
     """Checks that an existing run directory belongs to this config (only `EXECUTION_FIELDS`
-    may differ; `_store_config` then writes the new values), or empties it with `overwrite`.
-    `_store_config` creates it."""
+    may differ; `_store_config` then writes the new values), or, with `overwrite`, empties it of
+    the run it holds, whatever its config. `_store_config` creates it."""
     run_dir = Path(c.run_dir)
     if run_dir.exists() and not run_dir.is_dir():
         raise ValueError(f"the run directory {run_dir} is a file; choose another --run-dir.")
@@ -344,12 +349,18 @@ def _prepare_run_dir(c, overwrite):
                 f"{run_dir} holds a run with a different config ({fields}); pass --overwrite to "
                 "replace it or choose another --run-dir."
             )
-        else:
-            for name in (*names.RUN_CHECKPOINTS, "log.csv", EVAL_FILE):
-                if (run_dir / name).exists():
-                    os.unlink(run_dir / name)
-            shutil.rmtree(run_dir / "backup", ignore_errors=True)
+    if overwrite and run_dir.is_dir():  # several processes may empty it at once
+        for name in (*names.RUN_CHECKPOINTS, "log.csv", EVAL_FILE):
+            (run_dir / name).unlink(missing_ok=True)
+        for folder in ("backup", "tensorboard", *(p.name for p in run_dir.glob("worker_*"))):
+            shutil.rmtree(run_dir / folder, ignore_errors=True)
     return run_dir
+
+
+def _is_finished(run_dir):
+    """Whether the run in `run_dir` trained to its end and was evaluated: `eval.json` is there
+    and the resume state, which Keras deletes when training ends, is not."""
+    return (run_dir / EVAL_FILE).is_file() and not (run_dir / "backup").exists()
 
 
 def _store_config(c):
