@@ -299,6 +299,51 @@ def test_tfds_pipelines_with_mock_data(tmp_path, monkeypatch, name, split):
     assert result["num_examples"] == source.num_eval > 0 and result["selected_on"] == source.num_select
 
 
+def test_tfds_jpegs_are_decoded_as_pillow_decodes_them(tmp_path, monkeypatch):
+    # A tensorflow-datasets dataset built here from JPEG files (its records hold their bytes as
+    # they are): the pipeline's pixels are Pillow's, to the level, as `predict` and the
+    # SavedModel see them. tfds's own decoder (the fast IDCT) differs by several levels.
+    import tensorflow_datasets as tfds
+
+    rng = np.random.default_rng(0)
+    files = []
+    for i in range(4):
+        smooth = np.kron(rng.integers(0, 256, (6, 8, 3)), np.ones((8, 8, 1)))
+        noisy = (smooth + rng.normal(0, 40, smooth.shape)).clip(0, 255).astype(np.uint8)
+        files.append(tmp_path / f"{i}.jpg")
+        Image.fromarray(noisy).save(files[-1], quality=85)
+    if "keras_vit_jpeg_check" not in tfds.list_builders(with_community_datasets=False):
+
+        class KerasVitJpegCheck(tfds.core.GeneratorBasedBuilder):
+            VERSION = tfds.core.Version("1.0.0")
+
+            def _info(self):
+                image = tfds.features.Image(shape=(None, None, 3), encoding_format="jpeg")
+                labels = tfds.features.ClassLabel(names=["a", "b"])
+                features = tfds.features.FeaturesDict({"image": image, "label": labels})
+                return tfds.core.DatasetInfo(builder=self, features=features, supervised_keys=("image", "label"))
+
+            def _split_generators(self, dl_manager):
+                return {"train": self._generate_examples(), "test": self._generate_examples()}
+
+            def _generate_examples(self):
+                for i, path in enumerate(sorted(Path(os.environ["KERAS_VIT_JPEG_CHECK"]).glob("*.jpg"))):
+                    yield i, {"image": str(path), "label": i % 2}
+
+    monkeypatch.setenv("KERAS_VIT_JPEG_CHECK", str(tmp_path))
+    monkeypatch.setattr(tfds.core.constants, "DATA_DIR", str(tmp_path / "tfds"))
+    tfds.builder("keras_vit_jpeg_check").download_and_prepare()
+    source = datasets.tfds_source("keras_vit_jpeg_check")
+    expected = [np.asarray(Image.open(path).convert("RGB")).astype(int) for path in files]
+
+    def largest_errors(images):  # against each file's Pillow pixels (tfds stores examples shuffled)
+        return [min(np.abs(image.numpy() - e).max() for e in expected) for image, _ in images]
+
+    assert largest_errors(source.eval) == [0, 0, 0, 0]
+    fast = tfds.builder("keras_vit_jpeg_check").as_dataset("test", as_supervised=True)
+    assert max(largest_errors(fast)) > 1  # what tfds's decoder gives: the check tells them apart
+
+
 def test_tfds_offline_and_unknown_fail_fast(monkeypatch, tmp_path, caplog):
     monkeypatch.setenv("TFDS_DATA_DIR", str(tmp_path))
     caplog.set_level(logging.WARNING)

@@ -273,14 +273,22 @@ def tfds_source(name, train_split=None, eval_split=None, selection_fraction=0.0)
     if eval_split == "train[90%:]" and train_split == "train":
         train_split = "train[:90%]"
     train_split, select_split = selection_splits(train_split, selection_fraction)
+    to_rgb = _to_rgb
+    decoders = None
+    image_key = (builder.info.supervised_keys or (None,))[0]
+    feature = builder.info.features[image_key] if isinstance(image_key, str) else None
+    if isinstance(feature, tfds.features.Image) and feature.np_dtype == np.uint8:
+        # The stored bytes, decoded as folders and the SavedModel decode them (JPEGs with the
+        # exact IDCT, as Pillow); tfds's own decoder takes TensorFlow's fast IDCT.
+        to_rgb, decoders = _decode_image, {image_key: tfds.decode.SkipDecoding()}
     datasets, counts = [], []
     for split in (train_split, eval_split, select_split):
         if split is None:
             datasets.append(None)
             counts.append(0)
             continue
-        ds = builder.as_dataset(split=split, as_supervised=True, shuffle_files=False)
-        datasets.append(ds.map(lambda x, y: (_to_rgb(x), y), num_parallel_calls=tf.data.AUTOTUNE))
+        ds = builder.as_dataset(split=split, as_supervised=True, shuffle_files=False, decoders=decoders)
+        datasets.append(ds.map(lambda x, y: (to_rgb(x), y), num_parallel_calls=tf.data.AUTOTUNE))
         try:
             counts.append(builder.info.splits[split].num_examples)
         except KeyError:  # no split metadata (e.g. under tfds.testing.mock_data): count
