@@ -30,6 +30,8 @@ def test_summary_on_a_given_image_file(tmp_path, capsys):
     "argv, message",
     [
         (["summary", "vit_b61"], "unknown preset 'vit_b61'; did you mean vit_b16"),
+        (["summary", "runs/vit_b61"], "checkpoint not found: runs/vit_b61 (neither a file nor a known name)"),
+        (["summary", "vit_b16.keras"], "model file not found: vit_b16.keras"),
         (["summary", "vit_ti16", "--image", "/no/such.jpg"], "image file not found: /no/such.jpg"),
         (["summary", "vit_ti16", "--image-size", "230"], "image height 230 is not divisible by patch size 16"),
     ],

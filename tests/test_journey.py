@@ -127,6 +127,14 @@ def test_predict_on_a_folder(journey):
     assert "holds no images" in failed.stderr
 
 
+def test_summary_of_the_trained_run(journey):
+    _, run_dir, images, _ = journey
+    out = run(KERAS_VIT, "summary", run_dir, "--image", images[1]).stdout
+    assert "parameters: 312,298" in out and "digit1.png resized to 24x24 (whole, bilinear)" in out
+    assert re.search(r"^top-5: 1 0\.\d{3}, ", out, re.MULTILINE)  # the class named, with its probability
+    assert "random weights" not in out
+
+
 def test_best_keras_reloads_with_keras_vit_alone_in_safe_mode(journey):
     _, run_dir, _, _ = journey
     loaded = python(f"""
