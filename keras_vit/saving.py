@@ -97,6 +97,11 @@ def load_model(source, **overrides):
     path = Path(source)
     if is_run_dir(path):
         path = run_checkpoint(path)
+    if path.suffix == ".tflite":
+        raise ModelFileError(
+            f"{path} is an exported LiteRT file (`predict` answers from it); give the run directory or "
+            ".keras file it was exported from."
+        )
     if path.suffix == ".keras":
         if overrides:
             raise ModelFileError(f"{path} is a complete model: its {', '.join(overrides)} cannot be overridden.")
