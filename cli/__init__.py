@@ -55,7 +55,7 @@ _NATIVE_NOISE = re.compile(
 )
 
 
-def _installed_version():
+def installed_version():
     """The installed distribution's version, read without importing keras_vit (and Keras)."""
     try:
         return importlib.metadata.version("keras-vit")
@@ -76,7 +76,7 @@ def build_parser():
         action="store_true",
         help="show TensorFlow's start-up and INFO log lines (hidden unless TF_CPP_MIN_LOG_LEVEL is set)",
     )
-    parser.add_argument("--version", action="version", version=f"keras-vit {_installed_version()}")
+    parser.add_argument("--version", action="version", version=f"keras-vit {installed_version()}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for command in COMMANDS:
         command.add_parser(subparsers)

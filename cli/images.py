@@ -1,5 +1,6 @@
-"""Reading images for the command line (Pillow; any format it decodes)."""
+"""Reading images for the command line (Pillow; any format it decodes), from files or URLs."""
 
+import io
 from pathlib import Path
 
 import numpy as np
@@ -24,12 +25,18 @@ def load_image(path, transform=None, sample="china.jpg"):
             raise ValueError("no --image given and scikit-learn (with its bundled photos) is not installed.") from None
         image, source = Image.fromarray(load_sample_image(sample)), f"scikit-learn's {sample}"
     else:
-        if not Path(path).is_file():
+        if is_url(path):
+            file = io.BytesIO(download(path))
+        elif not Path(path).is_file():
             raise FileNotFoundError(f"image file not found: {path}")
+        else:
+            file = path
         try:
-            image, source = Image.open(path), str(path)
+            image, source = Image.open(file), str(path)
             image.load()
-        except (UnidentifiedImageError, OSError) as error:
+        except UnidentifiedImageError:
+            raise ValueError(f"cannot read image {path}: not an image format Pillow reads") from None
+        except OSError as error:  # truncated or corrupt
             raise ValueError(f"cannot read image {path}: {error}") from None
     if image.mode in SIXTEEN_BIT_MODES:
         # As TensorFlow's decoders (training, the SavedModel) read them: the high byte. Pillow's
@@ -43,13 +50,38 @@ def load_image(path, transform=None, sample="china.jpg"):
     return pixels, source
 
 
+def is_url(path):
+    """Whether an image argument is an http(s) URL rather than a file."""
+    return isinstance(path, str) and path.lower().startswith(("http://", "https://"))
+
+
+def download(url, timeout=30.0, limit=64 << 20):
+    """The bytes at `url` (at most `limit`); one-line errors for what the network refuses."""
+    import urllib.error
+    import urllib.request
+
+    from keras_vit_cli import installed_version
+
+    request = urllib.request.Request(url, headers={"User-Agent": f"keras-vit/{installed_version()}"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            data = response.read(limit + 1)
+    except urllib.error.HTTPError as error:
+        raise ValueError(f"cannot download {url}: HTTP {error.code} {error.reason}") from None
+    except (urllib.error.URLError, OSError) as error:
+        reason = getattr(error, "reason", error)
+        raise ValueError(f"cannot download {url}: {reason}") from None
+    if len(data) > limit:
+        raise ValueError(f"cannot read {url}: larger than {limit >> 20} MiB")
+    return data
+
+
 def encoded_image(path, pixels):
     """An image file's bytes for a decoder that reads `names.IMAGE_EXTENSIONS` (TensorFlow's, as in
-    a SavedModel's bytes signature): the file itself, else `pixels` encoded as PNG."""
-    if Path(path).suffix.lower() in names.IMAGE_EXTENSIONS:
+    a SavedModel's bytes signature): the file itself, else (other formats, and URLs, which are not
+    fetched twice) `pixels` encoded as PNG."""
+    if not is_url(path) and Path(path).suffix.lower() in names.IMAGE_EXTENSIONS:
         return Path(path).read_bytes()
-    import io
-
     from PIL import Image
 
     buffer = io.BytesIO()
@@ -58,11 +90,16 @@ def encoded_image(path, pixels):
 
 
 def image_files(arguments):
-    """`(path, in_folder)` for each image argument: a file as given, a folder as the files in it and
-    its sub-folders whose suffix is one of `names.IMAGE_EXTENSIONS`, sorted. Raises
-    FileNotFoundError, naming the first, for arguments that do not exist and folders without images."""
+    """`(path, in_folder)` for each image argument: a file or an http(s) URL as given, a folder as
+    the files in it and its sub-folders whose suffix is one of `names.IMAGE_EXTENSIONS`, sorted.
+    Raises FileNotFoundError, naming the first, for arguments that do not exist and folders
+    without images."""
     files = []
-    for argument in map(Path, arguments):
+    for given in arguments:
+        if is_url(given):
+            files.append((given, False))
+            continue
+        argument = Path(given)
         if argument.is_dir():
             found = sorted(p for p in argument.rglob("*") if p.suffix.lower() in names.IMAGE_EXTENSIONS and p.is_file())
             if not found:

@@ -17,7 +17,9 @@ def add_parser(subparsers):
     )
     parser.add_argument("model", help=".keras file, run directory (best.keras) or checkpoint")
     parser.add_argument("--out", required=True, help="folder for the figures")
-    parser.add_argument("--images", nargs="+", help="images for the attention figures (default: bundled photos)")
+    parser.add_argument(
+        "--images", nargs="+", help="image files or http(s) URLs for the attention figures (default: bundled photos)"
+    )
     parser.add_argument("--format", default="png", choices=("png", "svg", "pdf"), help="figure format (default: png)")
     parser.set_defaults(run=run)
 

@@ -23,7 +23,7 @@ def add_parser(subparsers):
         metavar="preset|model",
         help="preset name (see `keras-vit presets`), or a .keras file, run directory or checkpoint",
     )
-    parser.add_argument("--image", help="image file to run (JPEG/PNG/...); default: a bundled photo")
+    parser.add_argument("--image", help="image file or http(s) URL to run (JPEG/PNG/...); default: a bundled photo")
     add_model_options(parser)
     parser.add_argument("--dtype", default=None, help="dtype policy, e.g. mixed_bfloat16")
     parser.set_defaults(run=run)

@@ -174,7 +174,7 @@ def add_parser(subparsers):
     predict.add_argument(
         "images",
         nargs="+",
-        help="image files (any format Pillow reads) and folders (their JPEG/PNG/BMP/GIF/WebP files)",
+        help="image files (any format Pillow reads), http(s) URLs and folders (their JPEG/PNG/BMP/GIF/WebP files)",
     )
     predict.add_argument("--top-k", type=int, default=5, help="how many classes to print per image (default 5)")
     predict.add_argument(

@@ -22,7 +22,7 @@ def add_parser(subparsers):
         "methods on the `patch_grid` layer. Each image is shown beside its overlay.",
     )
     parser.add_argument("model", help=".keras file, run directory (best.keras) or checkpoint")
-    parser.add_argument("images", nargs="+", help="image files (any format Pillow reads)")
+    parser.add_argument("images", nargs="+", help="image files (any format Pillow reads) or http(s) URLs")
     parser.add_argument("--method", choices=METHODS, default="rollout", help="what to draw (default: rollout)")
     parser.add_argument("--class-index", type=int, help="class to explain (saliency methods; default: predicted)")
     parser.add_argument("--out", required=True, help="output figure (.png, .svg or .pdf)")

@@ -67,6 +67,49 @@ def test_corrupt_image_file(tmp_path, capsys):
     assert "cannot read image" in capsys.readouterr().err
 
 
+def test_images_given_as_urls(tmp_path, capsys):
+    """predict, visualize and summary read http(s) URLs as they read files (a local HTTP server
+    here); a failed download or a non-image is one line and exit status 2."""
+    import functools
+    import http.server
+    import threading
+
+    import keras_vit
+
+    model = keras_vit.ViT(
+        keras_vit.ViTConfig(
+            image_size=16, patch_size=8, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32, num_classes=3
+        ),
+        class_names=["a", "b", "c"],
+    )
+    model.save(tmp_path / "m.keras")
+    rng = np.random.default_rng(0)
+    Image.fromarray(rng.integers(0, 256, (40, 30, 3), dtype=np.uint8)).save(tmp_path / "photo.jpg", quality=90)
+    (tmp_path / "notes.txt").write_text("not an image")
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):  # the server's request lines would mix into stderr
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(tmp_path)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}"
+    try:
+        model_path = str(tmp_path / "m.keras")
+        assert main(["predict", model_path, f"{url}/photo.jpg", str(tmp_path / "photo.jpg")]) == 0
+        from_url, from_file = capsys.readouterr().out.strip().splitlines()
+        assert from_url.startswith(f"{url}/photo.jpg: ") and from_url.split(": ")[1] == from_file.split(": ")[1]
+        assert main(["visualize", model_path, f"{url}/photo.jpg", "--out", str(tmp_path / "v.png")]) == 0
+        assert main(["summary", model_path, "--image", f"{url}/photo.jpg"]) == 0
+        assert f"input: {url}/photo.jpg resized to 16x16" in capsys.readouterr().out
+        for name, message in [("missing.jpg", "HTTP 404"), ("notes.txt", "not an image format Pillow reads")]:
+            assert main(["predict", model_path, f"{url}/{name}"]) == 2
+            err = capsys.readouterr().err.strip().splitlines()
+            assert len(err) == 1 and f"{url}/{name}: " in err[0] and message in err[0], err
+    finally:
+        server.shutdown()
+
+
 def test_sixteen_bit_images_read_as_tensorflow_decodes_them(tmp_path):
     """predict/visualize/inspect (Pillow) and training/serving (TensorFlow) see the same pixels
     of a 16-bit grayscale PNG: its high byte (Pillow's own conversion clipped it to white)."""
