@@ -455,6 +455,11 @@ def test_run_resumes_with_execution_settings_changed(tmp_path, caplog):
         run._prepare_run_dir(dataclasses.replace(config, epochs=2, jit_compile=True), overwrite=False)
     run._prepare_run_dir(dataclasses.replace(config, epochs=2), overwrite=True)
     assert not (run_dir / "backup").exists()
+    other = tmp_path / "not_a_run"  # --overwrite empties run directories only, never another folder
+    (other / "tensorboard").mkdir(parents=True)
+    (other / "log.csv").write_text("someone else's")
+    run._prepare_run_dir(dataclasses.replace(config, run_dir=str(other)), overwrite=True)
+    assert (other / "tensorboard").is_dir() and (other / "log.csv").is_file()
 
 
 def test_finished_run_is_not_trained_again_unless_overwritten(tmp_path, capsys):

@@ -349,7 +349,7 @@ def _prepare_run_dir(c, overwrite):
                 f"{run_dir} holds a run with a different config ({fields}); pass --overwrite to "
                 "replace it or choose another --run-dir."
             )
-    if overwrite and run_dir.is_dir():  # several processes may empty it at once
+    if overwrite and stored.is_file():  # a run's folder only; several processes may empty it at once
         for name in (*names.RUN_CHECKPOINTS, "log.csv", EVAL_FILE):
             (run_dir / name).unlink(missing_ok=True)
         for folder in ("backup", "tensorboard", *(p.name for p in run_dir.glob("worker_*"))):
