@@ -68,9 +68,8 @@ def download(url, timeout=30.0, limit=64 << 20):
             data = response.read(limit + 1)
     except urllib.error.HTTPError as error:
         raise ValueError(f"cannot download {url}: HTTP {error.code} {error.reason}") from None
-    except (urllib.error.URLError, OSError) as error:
-        reason = getattr(error, "reason", error)
-        raise ValueError(f"cannot download {url}: {reason}") from None
+    except OSError as error:  # URLError (no such host, refused), timeouts
+        raise ValueError(f"cannot download {url}: {getattr(error, 'reason', error)}") from None
     if len(data) > limit:
         raise ValueError(f"cannot read {url}: larger than {limit >> 20} MiB")
     return data
