@@ -11,6 +11,7 @@ import importlib
 import importlib.metadata
 import os
 import re
+import select
 import sys
 import threading
 
@@ -165,6 +166,13 @@ def main(argv=None):
         _unrecognized(parser, args.command, unknown)
     try:
         return _run(args) or 0
+    except BrokenPipeError as error:
+        if not _stdout_closed():
+            print(f"keras-vit {args.command}: error: {error}", file=sys.stderr)
+            return 2
+        # The reader left (`keras-vit predict ... | head`): stop quietly, as shell tools do.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE
     # CheckpointError is a ValueError; keras_vit.training.TrainingError a RuntimeError.
     except (CommandError, ValueError, OSError, RuntimeError) as error:
         print(f"keras-vit {args.command}: error: {error}", file=sys.stderr)
@@ -172,3 +180,13 @@ def main(argv=None):
     except KeyboardInterrupt:
         print(f"keras-vit {args.command}: interrupted", file=sys.stderr)
         return 130
+
+
+def _stdout_closed():
+    """Whether standard output is a pipe whose reader has gone (poll reports an error on it)."""
+    try:
+        poll = select.poll()
+        poll.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poll.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll (Windows) or no file descriptor
+        return False

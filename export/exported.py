@@ -20,20 +20,26 @@ SERVING_BATCH = 32
 
 
 def is_exported(path):
-    """Whether `path` is a `.tflite` file, a SavedModel directory or an `export --saved-model`
-    directory (models.config beside `NAME/VERSION/` SavedModels)."""
+    """Whether `path` is a `.tflite` file, a directory of them (`export --tflite`), a SavedModel
+    directory or an `export --saved-model` directory (models.config beside `NAME/VERSION/`
+    SavedModels)."""
     path = Path(path)
     if any((path / name).is_file() for name in RUN_CHECKPOINTS):  # a run directory exported into
         return False
-    return path.suffix == ".tflite" or holds_saved_model(path)
+    return path.suffix == ".tflite" or holds_saved_model(path) or any(path.glob("*.tflite"))
 
 
 def load_exported(path, crop=None):
     """A `SavedModelClassifier` or `TFLiteClassifier` for `path` (see `is_exported`); of an
-    export directory with several versions, the newest. `crop`: the centre-crop fraction a
-    `.tflite` file's images get before resizing (default 1: the whole image); a SavedModel
-    crops as it was exported."""
+    export directory with several versions, the newest; of a directory with one `.tflite` file,
+    that file. `crop`: the centre-crop fraction a `.tflite` file's images get before resizing
+    (default 1: the whole image); a SavedModel crops as it was exported."""
     path = Path(path)
+    files = sorted(path.glob("*.tflite")) if path.is_dir() and not holds_saved_model(path) else []
+    if len(files) > 1:
+        listed = ", ".join(f.name for f in files)
+        raise ExportError(f"{path} holds the LiteRT files {listed}; name one, e.g. {files[0]}.")
+    path = files[0] if files else path
     if path.suffix == ".tflite":
         if not path.is_file():
             raise ExportError(f"LiteRT file not found: {path}")

@@ -9,12 +9,12 @@ import tempfile
 import time
 from pathlib import Path
 
-import keras
 import numpy as np
 
 from keras_vit.export import litert, metadata, report, serving
 from keras_vit.export.config import ExportConfig
 from keras_vit.export.source import ExportError, require_tensorflow_backend
+from keras_vit.progress import progress_bar
 from keras_vit.saving import in_policy
 
 logger = logging.getLogger("keras_vit")
@@ -131,7 +131,7 @@ def _export_tflite(source, plan, values, directory, name, io_type, images, label
     staging = Path(tempfile.mkdtemp(prefix=".export.", dir=directory))
     modules, rows, extra = {}, [], {}
     try:
-        progress = keras.utils.Progbar(len(plan), unit_name="file")
+        progress = progress_bar(len(plan), unit_name="file")
         for i, (file_name, variant, mode) in enumerate(plan):
             if variant not in modules:
                 modules[variant], extra[variant] = _variant(variant, values[variant], source, tfmot_bridge, epochs)

@@ -54,7 +54,7 @@ def markdown(report):
         f"latency: {report['latency_note']}.",
         "",
         "| " + " | ".join(title for _, title in COLUMNS) + " |",
-        "|" + "---|" * len(COLUMNS),
+        "|---|" + "---:|" * (len(COLUMNS) - 1),  # numbers right-aligned
     ]
     for row in report["artifacts"]:
         cells = []
@@ -66,6 +66,8 @@ def markdown(report):
                 cells.append(f"{100 * value:.2f}%")
             elif key == "max_prob_diff":
                 cells.append(f"{value:.2e}")
+            elif key == "latency_ms":
+                cells.append(f"{value:.3f}")
             else:
                 cells.append(str(value))
         lines.append("| " + " | ".join(cells) + " |")

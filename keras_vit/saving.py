@@ -67,6 +67,11 @@ def run_checkpoint(run_dir):
         raise ModelFileError(
             f"{run_dir} is an exported SavedModel; give the run directory or .keras file it was exported from."
         )
+    if any(Path(run_dir).glob("*.tflite")):
+        raise ModelFileError(
+            f"{run_dir} holds exported LiteRT files (`predict` answers from one); give the run directory or "
+            ".keras file they were exported from."
+        )
     raise ModelFileError(f"{run_dir} has no {' or '.join(RUN_CHECKPOINTS)} (has training finished an epoch?).")
 
 

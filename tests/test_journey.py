@@ -74,7 +74,14 @@ def test_train_with_every_option_defaulted(journey):
     # normal output carries no TensorFlow INFO lines and no Keras warnings a user cannot act on
     assert "oneDNN custom operations" not in trained.stderr and "InitializeLog" not in trained.stderr
     assert "UserWarning" not in trained.stderr, trained.stderr[-2000:]
-    assert re.search(r"keras_vit: training on one device \(/\w+:0\), global batch 32, (XLA|graph mode)", trained.stderr)
+    assert re.search(
+        r"keras_vit: training on one device \(/\w+:0\), global batch 32, (XLA|graph mode).*; "
+        r"AdamW, peak learning rate 0\.001, 130 epochs of 44 steps\n",
+        trained.stderr,
+    ), trained.stderr[-2000:]
+    # Output to a pipe: one plain line per epoch, not the terminal's live bar and its colours.
+    assert "\x1b[" not in trained.stdout and "\r" not in trained.stdout
+    assert re.search(r"^Epoch 130/130\n *44/44 - \d+s - ", trained.stdout, re.M), trained.stdout[-500:]
 
 
 def test_evaluate_and_predict_from_the_run_and_from_its_keras_file(journey):
@@ -272,6 +279,38 @@ def test_predict_answers_from_the_exported_files(exported, journey):
     assert all(1.0 >= a["top_k"][0]["probability"] >= a["top_k"][1]["probability"] >= 0.0 for a in answers)
     refused = run(KERAS_VIT, "predict", home / "serving", images[0], "--crop", "0.9", expect=2)
     assert "a SavedModel crops and resizes in its own graph" in refused.stderr
+    several = run(KERAS_VIT, "predict", home / "tflite", images[0], expect=2)
+    assert "holds the LiteRT files vit_dynamic.tflite, vit_float16.tflite" in several.stderr, several.stderr
+    one = home / "one_tflite"
+    one.mkdir()
+    (one / "vit_int8-mixed.tflite").write_bytes(tflite.read_bytes())
+    from_folder = run(KERAS_VIT, "predict", one, *images, "--json").stdout.splitlines()
+    assert [json.loads(line)["top_k"] for line in from_folder] == [a["top_k"] for a in answers]
+    not_a_run = run(KERAS_VIT, "visualize", one, images[0], "--out", home / "x.png", expect=2)
+    assert "holds exported LiteRT files" in not_a_run.stderr, not_a_run.stderr
+
+
+def test_predict_into_a_closed_pipe_stops_quietly(journey, tmp_path):
+    """`keras-vit predict ... | head -1`: the reader leaves; predict stops with SIGPIPE's status and
+    no traceback."""
+    _, run_dir, images, _ = journey
+    many = tmp_path / "many"
+    many.mkdir()
+    for i in range(400):
+        (many / f"{i:03d}.png").write_bytes(images[i % 3].read_bytes())
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    result = subprocess.run(
+        f"'{KERAS_VIT}' predict '{run_dir}' '{many}' | head -1; echo \"status ${{PIPESTATUS[0]}}\"",
+        shell=True,
+        executable="/bin/bash",
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    lines = result.stdout.splitlines()
+    assert len(lines) == 2 and lines[0].startswith(str(many / "000.png")) and lines[1] == "status 141", result
+    assert "Error" not in result.stderr and "error" not in result.stderr, result.stderr
 
 
 def test_finetune_from_an_official_layout_npz_at_a_larger_resolution(journey):

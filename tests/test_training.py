@@ -37,9 +37,13 @@ def test_warmup_decay_schedule_and_lr_scaling():
     np.testing.assert_allclose([float(linear(s)) for s in (0, 50, 100)], [2.0, 1.0, 0.0], atol=1e-6)
     c = TrainConfig(dataset="x", recipe="pretrain").resolved()
     assert (c.learning_rate, c.base_batch_size, c.weight_decay) == (1e-3, 4096, 0.1)
-    assert peak_learning_rate(c, 512) == pytest.approx(1e-3 / 8)
+    # AdamW by the square root of the batch ratio, SGD linearly; each exact at its base batch.
+    assert peak_learning_rate(c, 512) == pytest.approx(1e-3 / 8**0.5)
+    assert peak_learning_rate(c, 32) == pytest.approx(1e-3 * (32 / 4096) ** 0.5)
+    assert peak_learning_rate(c, 4096) == pytest.approx(1e-3)
     f = TrainConfig(dataset="x", recipe="finetune").resolved()
     assert (f.base_batch_size, f.clip_norm, f.weight_decay) == (512, 1.0, 0.0)
+    assert peak_learning_rate(f, 64) == pytest.approx(0.01 / 8) and peak_learning_rate(f, 512) == pytest.approx(0.01)
 
 
 def test_steps_per_call_divides_the_epoch_so_each_epoch_trains_its_own_steps():

@@ -54,7 +54,7 @@ class TrainConfig:
     batch_size: int = 32  # per replica
     global_batch_size: int | None = None  # instead of batch_size: split over the replicas
     learning_rate: float | None = None  # for a global batch of base_batch_size
-    base_batch_size: int | None = None  # lr scales linearly: lr * global_batch / base_batch_size
+    base_batch_size: int | None = None  # lr * sqrt(global_batch / base) for AdamW, * (global_batch / base) for SGD
     weight_decay: float | None = None
     warmup_fraction: float | None = None  # of all steps; default 0.1
     decay: str = "cosine"

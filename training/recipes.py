@@ -120,8 +120,12 @@ def steps_per_call(requested, steps_per_epoch, fused):
 
 
 def peak_learning_rate(config, global_batch):
-    """`learning_rate` scaled linearly from `base_batch_size` to the global batch."""
-    return config.learning_rate * global_batch / config.base_batch_size
+    """`learning_rate` scaled from `base_batch_size` to the global batch: with the square root of
+    their ratio for AdamW (pretrain), linearly for SGD (finetune). Linear scaling took the
+    paper's 1e-3 at 4096 to 7.8e-6 at batch 32, where the digits model learned nothing in 40
+    epochs (18.9% held-out top-1; 8.8e-5 by the square root: 73.5%)."""
+    ratio = global_batch / config.base_batch_size
+    return config.learning_rate * (math.sqrt(ratio) if config.recipe == "pretrain" else ratio)
 
 
 def build_optimizer(config, steps_per_epoch, global_batch, epochs=None):

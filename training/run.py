@@ -11,7 +11,7 @@ import numpy as np
 import yaml
 
 import keras_vit
-from keras_vit import names, saving
+from keras_vit import names, progress, saving
 from keras_vit.checkpoints import known
 from keras_vit.training import datasets, multi_worker, pipeline, recipes
 from keras_vit.training.callbacks import AtomicCheckpoint, PeriodicBackupAndRestore, StopOnNaN
@@ -27,7 +27,7 @@ class TrainingError(RuntimeError):
     """A run that stopped without a usable result (e.g. a NaN loss)."""
 
 
-def fit(config, overwrite=False, verbose="auto"):
+def fit(config, overwrite=False, verbose=None):
     """Trains as `config` (a `TrainConfig`) says; returns the evaluation dict of `eval.json`.
 
     The run directory gets `config.yaml` (resolved), `labels.txt`, `best.keras`/`last.keras`,
@@ -35,8 +35,11 @@ def fit(config, overwrite=False, verbose="auto"):
     the same config, an interrupted run resumes where its last completed epoch left it, and a
     finished one (its `eval.json` written, no resume state left) is not trained again: its
     `eval.json` is returned. `overwrite` empties the directory first and trains from scratch.
+    `verbose`: Keras's progress verbosity (default: a live bar on a terminal, a line per epoch
+    when stdout is a file or a pipe).
     """
     c = config.resolved()
+    verbose = progress.verbosity() if verbose is None else verbose
     # A bad preset, model field or checkpoint fails before the run directory is touched.
     model_config = _model_config(c, num_classes=2)
     run_dir = _prepare_run_dir(c, overwrite)
@@ -105,10 +108,15 @@ def fit(config, overwrite=False, verbose="auto"):
     if jit_compile and not placement.supports_jit:
         logger.warning("keras_vit: XLA (jit_compile) is off for %s", placement.description)
     logger.info(
-        "keras_vit: training on %s, global batch %d, %s",
+        "keras_vit: training on %s, global batch %d, %s; %s, peak learning rate %.3g, %d epoch%s of %d steps",
         placement.description,
         global_batch,
         _execution(model.jit_compile),
+        "AdamW" if c.recipe == "pretrain" else "SGD",
+        recipes.peak_learning_rate(c, global_batch),
+        epochs,
+        "" if epochs == 1 else "s",
+        steps_per_epoch,
     )
     _store_config(c)
     if chief:
@@ -134,14 +142,15 @@ def fit(config, overwrite=False, verbose="auto"):
         return evaluate(run_dir, verbose=verbose)
 
 
-def evaluate(source, dataset=None, verbose="auto"):
+def evaluate(source, dataset=None, verbose=None):
     """Evaluates a model on the evaluation split of its data; returns the `eval.json` dict.
 
     `source`: a run directory (its `best.keras`, on the run's own evaluation split, never used
     in training; `eval.json` is written there), or a `.keras` file or checkpoint with
     `dataset` ("digits", "tfds:NAME" or a folder; its evaluation split as `train` makes it
     with the default options, seed 0 included).
-    `selected_on`: how many held-out training examples chose the checkpoint's epoch."""
+    `selected_on`: how many held-out training examples chose the checkpoint's epoch; `verbose` as
+    `fit`'s."""
     if dataset:
         c = TrainConfig(dataset=dataset)
     elif saving.is_run_dir(source):
@@ -169,7 +178,7 @@ def evaluate(source, dataset=None, verbose="auto"):
         loss=keras.losses.CategoricalCrossentropy(from_logits=True, reduction="mean_with_sample_weight"),
         weighted_metrics=_metrics(model.config.num_classes),
     )
-    values = model.evaluate(data, verbose=verbose, return_dict=True)
+    values = model.evaluate(data, verbose=progress.verbosity() if verbose is None else verbose, return_dict=True)
     checkpoint = saving.run_checkpoint(source).name if saving.is_run_dir(source) else str(source)
     result = {
         "top1": float(values["accuracy"]),

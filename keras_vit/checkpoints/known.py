@@ -126,11 +126,11 @@ def fetch(name, timeout=30):
 
 
 def _download(url, target, timeout):
-    import keras
+    from keras_vit.progress import progress_bar
 
     with urllib.request.urlopen(url, timeout=timeout) as response:
         total = int(response.headers.get("Content-Length") or 0) or None
-        progress = keras.utils.Progbar(total, unit_name="B")
+        progress = progress_bar(total, unit_name="B")
         digest = hashlib.sha256()
         handle, temporary = tempfile.mkstemp(dir=target.parent, suffix=".part")
         try:
