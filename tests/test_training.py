@@ -622,6 +622,7 @@ def test_killed_run_resumes_and_finishes(tmp_path):
     resumed = _run_cli(args)
     output, _ = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, output[-2000:]
+    assert re.search(r"keras_vit: resuming after epoch [1-5], from the resume state in \S+backup\n", output), output
     rows = [line.split(",")[0] for line in log.read_text().splitlines()[1:]]
     assert sorted(set(rows), key=int) == [str(e) for e in range(6)]  # every epoch, none lost
     resumed_top1 = json.loads((run_dir / "eval.json").read_text())["top1"]

@@ -2,6 +2,7 @@
 seconds, and a clean stop on a NaN loss."""
 
 import csv
+import logging
 import math
 import os
 import shutil
@@ -13,6 +14,8 @@ import keras
 from keras_vit.names import RUN_CHECKPOINTS
 from keras_vit.saving import inference_copy, save_model
 from keras_vit.training.strategy import agree, this_process_only
+
+logger = logging.getLogger("keras_vit")
 
 
 class _Every:
@@ -43,6 +46,12 @@ class PeriodicBackupAndRestore(keras.callbacks.BackupAndRestore):
     def __init__(self, backup_dir, interval=30.0):
         super().__init__(backup_dir)
         self._due = _Every(interval)
+
+    def on_train_begin(self, logs=None):
+        super().on_train_begin(logs)  # restores the weights, the optimizer and the epoch to go on from
+        done = getattr(self.model, "_initial_epoch", 0)  # where Keras's restore put it
+        if done:
+            logger.info("keras_vit: resuming after epoch %d, from the resume state in %s", done, self.backup_dir)
 
     def on_epoch_end(self, epoch, logs=None):
         if agree(self._due()):  # several JAX processes: process 0's clock decides for all
