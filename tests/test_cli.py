@@ -43,6 +43,18 @@ def test_bad_input_gives_one_line_and_exit_2(argv, message, capsys):
 
 
 @pytest.mark.parametrize(
+    "command", [["inspect", "vit_ti16", "--out", "figures"], ["evaluate", "vit_ti16", "--dataset", "digits"]]
+)
+def test_a_preset_given_as_a_model_names_its_published_weights(command, capsys):
+    assert main(command) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0] == (
+        f"keras-vit {command[0]}: error: vit_ti16 is a preset (an architecture without weights); its weights: "
+        "vit_ti16.augreg_in21k_ft_in1k, vit_ti16.augreg_in21k_ft_in1k_384, vit_ti16.augreg_in21k."
+    ), err
+
+
+@pytest.mark.parametrize(
     "argv, message",
     [
         # abbreviations are off: `--model` was taken as `--model-parallel`, `--epoch` as `--epochs`

@@ -18,6 +18,7 @@ from keras_vit.checkpoints.assign import assign, export
 from keras_vit.checkpoints.files import CheckpointError, read_tensors, write_npz
 from keras_vit.checkpoints.known import KNOWN_CHECKPOINTS, fetch
 from keras_vit.names import RUN_CHECKPOINTS
+from keras_vit.presets import PRESETS
 
 __all__ = [
     "CheckpointError",
@@ -42,6 +43,10 @@ def resolve(source):
         return fetch(source)
     path = Path(source)
     if not path.exists():
+        if str(source) in PRESETS:  # an architecture: its published weights have longer names
+            named = [n for n in KNOWN_CHECKPOINTS if n.startswith(f"{source}.")]
+            weights = f"; its weights: {', '.join(named)}" if named else ""
+            raise CheckpointError(f"{source} is a preset (an architecture without weights){weights}.")
         close = difflib.get_close_matches(str(source), KNOWN_CHECKPOINTS, n=3)
         hint = f" Close known names: {', '.join(close)}." if close else ""
         raise CheckpointError(f"checkpoint not found: {source} (neither a file nor a known name).{hint}")
