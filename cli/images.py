@@ -81,6 +81,11 @@ def encoded_image(path, pixels):
     fetched twice) `pixels` encoded as PNG."""
     if not is_url(path) and Path(path).suffix.lower() in names.IMAGE_EXTENSIONS:
         return Path(path).read_bytes()
+    return png_bytes(pixels)
+
+
+def png_bytes(pixels):
+    """uint8 pixels `(H, W, 3)` encoded as PNG (lossless: decoded, the same pixels)."""
     from PIL import Image
 
     buffer = io.BytesIO()

@@ -155,10 +155,12 @@ def add_parser(subparsers):
         "evaluate",
         help="evaluate a model on held-out data",
         description="Evaluate a run directory's best.keras on the run's evaluation "
-        "split (never used in training) and write RUN_DIR/eval.json; or a .keras file "
-        "or checkpoint on the evaluation split of --dataset. Prints the result as JSON.",
+        "split (never used in training) and write RUN_DIR/eval.json; or a .keras file, "
+        "checkpoint or exported model on the evaluation split of --dataset: a SavedModel "
+        "through its bytes signature (as TF Serving answers), a .tflite file on LiteRT with each "
+        "image resized whole (as MediaPipe feeds it). Prints the result as JSON.",
     )
-    evaluate.add_argument("model", help="run directory, .keras file or checkpoint")
+    evaluate.add_argument("model", help="run directory, .keras file, checkpoint, SavedModel or .tflite file")
     evaluate.add_argument("--dataset", help="'digits', 'tfds:NAME' or an image folder (default: the run's own)")
     evaluate.set_defaults(run=run_evaluate)
 
@@ -247,9 +249,46 @@ def _show_run_log():
 
 
 def run_evaluate(args):
+    from keras_vit.export.exported import is_exported
     from keras_vit.training import evaluate
 
-    print(json.dumps(evaluate(args.model, dataset=args.dataset)))
+    result = _evaluate_exported(args) if is_exported(args.model) else evaluate(args.model, dataset=args.dataset)
+    print(json.dumps(result))
+
+
+def _evaluate_exported(args, chunk=256):
+    """`evaluate`'s result for an exported SavedModel or .tflite file on `--dataset`'s evaluation
+    split, `chunk` images at a time."""
+    import itertools
+
+    import numpy as np
+
+    from keras_vit.export.exported import load_exported
+    from keras_vit.progress import progress_bar
+    from keras_vit.training import held_out_images
+
+    if not args.dataset:
+        raise ValueError(f"{args.model} is an exported model: say which data to evaluate on (--dataset).")
+    model = load_exported(args.model)
+    examples, count, data_names = held_out_images(args.dataset, model.labels)
+    progress = progress_bar(count, unit_name="image")
+    seen = top1 = top5 = loss = 0
+    while batch := list(itertools.islice(examples, chunk)):
+        images, labels = [image for image, _ in batch], np.array([label for _, label in batch])
+        probabilities = model.probabilities([image_io.png_bytes(i) for i in images] if model.takes_bytes else images)
+        if probabilities.shape[-1] != len(data_names):
+            raise ValueError(f"{args.dataset} has {len(data_names)} classes; the model has {probabilities.shape[-1]}.")
+        ranked = np.argsort(-probabilities, axis=-1, kind="stable")[:, :5]
+        top1 += np.sum(ranked[:, 0] == labels)
+        top5 += np.sum((ranked == labels[:, None]).any(axis=-1))
+        # Cross-entropy of the probabilities, clipped as Keras's loss clips them.
+        loss -= np.log(np.clip(probabilities[np.arange(len(labels)), labels], 1e-7, 1.0)).sum()
+        seen += len(labels)
+        progress.add(len(labels))
+    if not seen:
+        raise ValueError(f"{args.dataset} has no evaluation examples.")
+    scores = {"top1": top1, "top5": top5, "loss": loss}
+    return {**{k: float(v / seen) for k, v in scores.items()}, "num_examples": seen, "checkpoint": str(args.model)}
 
 
 def run_predict(args):

@@ -69,8 +69,8 @@ def run_checkpoint(run_dir):
         )
     if any(Path(run_dir).glob("*.tflite")):
         raise ModelFileError(
-            f"{run_dir} holds exported LiteRT files (`predict` answers from one); give the run directory or "
-            ".keras file they were exported from."
+            f"{run_dir} holds exported LiteRT files (`predict` and `evaluate --dataset` answer from one); give the "
+            "run directory or .keras file they were exported from."
         )
     raise ModelFileError(f"{run_dir} has no {' or '.join(RUN_CHECKPOINTS)} (has training finished an epoch?).")
 
@@ -104,8 +104,8 @@ def load_model(source, **overrides):
         path = run_checkpoint(path)
     if path.suffix == ".tflite":
         raise ModelFileError(
-            f"{path} is an exported LiteRT file (`predict` answers from it); give the run directory or "
-            ".keras file it was exported from."
+            f"{path} is an exported LiteRT file (`predict` and `evaluate --dataset` answer from it); give the run "
+            "directory or .keras file it was exported from."
         )
     if path.suffix == ".keras":
         if overrides:

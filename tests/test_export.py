@@ -647,5 +647,8 @@ def test_which_paths_predict_takes_as_exported_files(tmp_path):
     for exported in (tmp_path / "a", tmp_path / "a" / "vit" / "1"):  # given to export, convert, visualize...
         with pytest.raises(ValueError, match="is an exported SavedModel; give the run directory or .keras file"):
             load_model(exported)
-    with pytest.raises(ValueError, match=r"x.tflite is an exported LiteRT file \(`predict` answers from it\); give"):
+    with pytest.raises(
+        ValueError,
+        match=r"x.tflite is an exported LiteRT file \(`predict` and `evaluate --dataset` answer from it\); give",
+    ):
         load_model(tmp_path / "x.tflite")

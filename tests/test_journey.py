@@ -290,6 +290,24 @@ def test_predict_answers_from_the_exported_files(exported, journey):
     assert "holds exported LiteRT files" in not_a_run.stderr, not_a_run.stderr
 
 
+def test_evaluate_the_exported_files_on_a_dataset(exported):
+    """`evaluate --dataset` on the SavedModel (through its bytes signature) and on .tflite files
+    scores what the export report measured on the same held-out split, within one image."""
+    home, report, _ = exported
+    rows = {row["artifact"]: row for row in report["artifacts"]}
+    for model, row in (
+        (home / "serving", "vit/1 (SavedModel, float32)"),
+        (home / "tflite" / "vit_int8-mixed.tflite", "vit_int8-mixed.tflite"),
+        (home / "tflite" / "vit_int8.tflite", "vit_int8.tflite"),
+    ):
+        result = json.loads(run(KERAS_VIT, "evaluate", model, "--dataset", "digits").stdout.splitlines()[-1])
+        assert result["num_examples"] == 359 and result["checkpoint"] == str(model), result
+        assert abs(result["top1"] - rows[row]["top1"]) <= 1.5 / 359, (row, result, rows[row])
+        assert result["top1"] <= result["top5"] <= 1.0 and 0.0 < result["loss"] < 1.0, result
+    refused = run(KERAS_VIT, "evaluate", home / "serving", expect=2)
+    assert "is an exported model: say which data to evaluate on (--dataset)" in refused.stderr
+
+
 def test_predict_into_a_closed_pipe_stops_quietly(journey, tmp_path):
     """`keras-vit predict ... | head -1`: the reader leaves; predict stops with SIGPIPE's status and
     no traceback."""

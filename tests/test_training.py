@@ -950,19 +950,18 @@ def test_evaluation_labels_follow_the_models_class_order():
 
     import tensorflow as tf
 
-    from keras_vit.training.run import _in_model_order
+    from keras_vit.training.run import in_model_order
 
     data = types.SimpleNamespace(
         class_names=["cat", "dog", "owl"],
         eval=tf.data.Dataset.from_tensor_slices((tf.zeros((3, 2)), tf.constant([0, 1, 2]))),
     )
-    named = lambda *names: types.SimpleNamespace(class_names=names or None)  # noqa: E731
-    assert _in_model_order(data, named("cat", "dog", "owl"), "folder") is data.eval
-    assert _in_model_order(data, named(), "folder") is data.eval
-    reordered = _in_model_order(data, named("owl", "cat", "dog"), "folder")
+    assert in_model_order(data, ("cat", "dog", "owl"), "folder") is data.eval
+    assert in_model_order(data, None, "folder") is data.eval
+    reordered = in_model_order(data, ("owl", "cat", "dog"), "folder")
     assert [int(y) for _, y in reordered.as_numpy_iterator()] == [1, 2, 0]
     with pytest.raises(ValueError, match=r"folder's classes are not the model's: owl \(the model's: cat, dog, emu\)"):
-        _in_model_order(data, named("cat", "dog", "emu"), "folder")
+        in_model_order(data, ["cat", "dog", "emu"], "folder")
 
 
 def test_paths_in_a_config_file_expand_the_home_directory(tmp_path):

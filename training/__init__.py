@@ -9,6 +9,15 @@ Installed as `keras_vit.training` (see `package_dir` in setup.cfg). TensorFlow-o
 
 from keras_vit.training.config import TrainConfig
 from keras_vit.training.run import TrainingError, evaluate, fit, iter_predict, predict
-from keras_vit.training.samples import export_samples
+from keras_vit.training.samples import export_samples, held_out_images
 
-__all__ = ["TrainConfig", "TrainingError", "evaluate", "export_samples", "fit", "iter_predict", "predict"]
+__all__ = [
+    "TrainConfig",
+    "TrainingError",
+    "evaluate",
+    "export_samples",
+    "fit",
+    "held_out_images",
+    "iter_predict",
+    "predict",
+]

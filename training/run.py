@@ -165,7 +165,7 @@ def evaluate(source, dataset=None, verbose=None):
         )
     multiple = batch_multiple(c.batch_size)
     data = pipeline.eval_pipeline(
-        _in_model_order(data_source, model, c.dataset),
+        in_model_order(data_source, model.class_names, c.dataset),
         model.image_transform,
         model.config.num_classes,
         c.batch_size,
@@ -193,22 +193,22 @@ def evaluate(source, dataset=None, verbose=None):
     return result
 
 
-def _in_model_order(data_source, model, dataset):
-    """The evaluation split with labels as the model's classes: a model with class names (a
-    converted Hugging Face one, say) may list the data's classes in another order; other names
-    are an error."""
+def in_model_order(data_source, class_names, dataset):
+    """The evaluation split with labels as a model's classes, `class_names` (None: the data's
+    order): a model with class names (a converted Hugging Face one, an exported file) may list
+    the data's classes in another order; other names are an error."""
     import tensorflow as tf
 
     names = list(data_source.class_names)
-    if model.class_names is None or list(model.class_names) == names:
+    if class_names is None or list(class_names) == names:
         return data_source.eval
-    if sorted(model.class_names) != sorted(names):
-        unknown = [n for n in names if n not in model.class_names]
+    if sorted(class_names) != sorted(names):
+        unknown = [n for n in names if n not in class_names]
         raise ValueError(
             f"{dataset}'s classes are not the model's: {', '.join(unknown[:5]) or 'the names differ'} "
-            f"(the model's: {', '.join(model.class_names[:5])}{', ...' if len(names) > 5 else ''})."
+            f"(the model's: {', '.join(class_names[:5])}{', ...' if len(class_names) > 5 else ''})."
         )
-    order = tf.constant([model.class_names.index(n) for n in names], tf.int64)
+    order = tf.constant([list(class_names).index(n) for n in names], tf.int64)
     return data_source.eval.map(lambda image, label: (image, tf.gather(order, tf.cast(label, tf.int64))))
 
 

@@ -1,12 +1,12 @@
-"""Samples of a model's data for the export application: calibration images, held-out arrays
-and a fine-tuning pipeline, made the way training and evaluation make them."""
+"""Samples of a model's data for the export application and exported files: calibration images,
+held-out arrays and a fine-tuning pipeline, made the way training and evaluation make them."""
 
 import numpy as np
 
 from keras_vit import saving
 from keras_vit.training import datasets, pipeline
 from keras_vit.training.config import TrainConfig
-from keras_vit.training.run import load_run_config
+from keras_vit.training.run import in_model_order, load_run_config
 
 
 def export_samples(model, source=None, dataset=None, calibration_size=200, eval_limit=2000):
@@ -44,3 +44,12 @@ def export_samples(model, source=None, dataset=None, calibration_size=200, eval_
         steps_per_epoch=max(1, data.num_train // batch),
         label_smoothing=config.label_smoothing or 0.0,
     )
+
+
+def held_out_images(dataset, class_names=None):
+    """The evaluation split of `dataset` ("digits", "tfds:NAME" or a folder) as `train` makes it
+    with the default options, for models that take images as they are (exported files):
+    `(examples, num_examples, data_class_names)`, `examples` an iterator of `(uint8 image
+    (H, W, 3), label)` NumPy pairs, the labels in `class_names`' order (None: the data's)."""
+    data = datasets.load(TrainConfig(dataset=dataset).resolved())
+    return in_model_order(data, class_names, dataset).as_numpy_iterator(), data.num_eval, list(data.class_names)
