@@ -23,6 +23,9 @@ import tensorflow as tf
 from keras_vit.names import IMAGE_EXTENSIONS, JPEG_DCT_METHOD
 
 logger = logging.getLogger("keras_vit")
+# Examples held for shuffling a source that cannot be shuffled whole: a tfds split's records,
+# still encoded (decoded, 10,000 ImageNet-size images would take about 5 GB).
+SHUFFLE_BUFFER = 10_000
 _WARNED = set()  # (folder, count) of the unreadable-files warnings given
 
 
@@ -36,7 +39,7 @@ class Source:
     select: tf.data.Dataset | None = None  # None: no selection split (best.keras is the last epoch)
     num_select: int = 0
     skipped: int = 0  # unreadable files left out
-    shuffled: bool = False  # `train` is already shuffled file by file (a small buffer suffices)
+    shuffled: bool = False  # `train` reshuffles itself every pass, before decoding (folders, tfds)
 
 
 def load(config):
@@ -44,7 +47,9 @@ def load(config):
     if config.dataset == "digits":
         return digits(config.validation_fraction, config.seed, config.selection_fraction)
     if config.dataset.startswith("tfds:"):
-        return tfds_source(config.dataset[5:], config.train_split, config.eval_split, config.selection_fraction)
+        return tfds_source(
+            config.dataset[5:], config.train_split, config.eval_split, config.selection_fraction, config.seed
+        )
     path = Path(config.dataset)
     if config.dataset.strip() and path.is_dir():  # Path("") is the working directory
         return folder(path, config.validation_fraction, config.seed, config.selection_fraction)
@@ -85,8 +90,8 @@ def folder(path, validation_fraction=0.2, seed=0, selection_fraction=0.0):
     `_decodable`), so unreadable files are skipped, and counted in one warning,
     before training without a file-by-file pre-pass; the verdicts are cached (see
     `FolderIndex`) and later commands check only new or changed files. Training reads files
-    in a shuffled order and decodes them as it goes: memory stays bounded by the pipeline's
-    shuffle buffer, not the folder's size."""
+    in an order shuffled whole every pass and decodes them as it goes: no decoded image waits
+    in a shuffle buffer, so memory does not grow with the folder or its images' size."""
     path = Path(path)
     classes = sorted(p.name for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))
     if not classes:
@@ -231,10 +236,12 @@ def _decodable(files):
     return {int(i) for batch, _ in ds.batch(4096).as_numpy_iterator() for i in batch}
 
 
-def tfds_source(name, train_split=None, eval_split=None, selection_fraction=0.0):
+def tfds_source(name, train_split=None, eval_split=None, selection_fraction=0.0, seed=0):
     """A tensorflow-datasets image-classification dataset; the selection split is the last
     `selection_fraction` of the training split (`selection_splits`). Not prepared and offline:
-    a clear error within seconds (tfds itself would retry for minutes)."""
+    a clear error within seconds (tfds itself would retry for minutes). The training split is
+    shuffled with `seed` every pass, in a buffer of `SHUFFLE_BUFFER` records read as stored
+    (images still encoded where tfds stores them so)."""
     import tensorflow_datasets as tfds
 
     known = tfds.list_builders(with_community_datasets=False)
@@ -288,15 +295,17 @@ def tfds_source(name, train_split=None, eval_split=None, selection_fraction=0.0)
             counts.append(0)
             continue
         ds = builder.as_dataset(split=split, as_supervised=True, shuffle_files=False, decoders=decoders)
-        datasets.append(ds.map(lambda x, y: (to_rgb(x), y), num_parallel_calls=tf.data.AUTOTUNE))
         try:
             counts.append(builder.info.splits[split].num_examples)
         except KeyError:  # no split metadata (e.g. under tfds.testing.mock_data): count
             counts.append(int(ds.reduce(0, lambda n, _: n + 1)))
+        if split == train_split:
+            ds = ds.shuffle(min(counts[-1], SHUFFLE_BUFFER), seed=seed, reshuffle_each_iteration=True)
+        datasets.append(ds.map(lambda x, y: (to_rgb(x), y), num_parallel_calls=tf.data.AUTOTUNE))
     if select_split is not None and counts[2] == 0:
         logger.warning("keras_vit: the selection split %s is empty; best.keras will be the last epoch", select_split)
         datasets[2] = None
-    return Source(datasets[0], datasets[1], list(names), counts[0], counts[1], datasets[2], counts[2])
+    return Source(datasets[0], datasets[1], list(names), counts[0], counts[1], datasets[2], counts[2], shuffled=True)
 
 
 def selection_splits(train_split, fraction):

@@ -7,20 +7,19 @@ run is reproducible even with parallel map calls.
 
 import tensorflow as tf
 
+from keras_vit.training.datasets import SHUFFLE_BUFFER
+
 AUTOTUNE = tf.data.AUTOTUNE
-
-
-# Decoded examples held for shuffling: a source that is not shuffled itself (digits, tfds) /
-# one shuffled file by file (folders), where the buffer only mixes neighbours.
-SHUFFLE_BUFFER, SHUFFLED_SOURCE_BUFFER = 10_000, 256
 
 
 def train_pipeline(source_ds, num_examples, config, image_size, num_classes, global_batch, cache=False, shuffled=False):
     """Batches of (float32 pixels in [0, 255], one-hot labels), repeated forever. `shuffled`:
-    the source reshuffles its own order every pass (see `datasets.folder`)."""
+    the source reshuffles its own order every pass, before decoding (folders, tfds; see
+    `datasets.Source`), so no decoded image waits in a shuffle buffer here."""
     ds = source_ds.cache() if cache else source_ds
-    buffer = min(num_examples, SHUFFLED_SOURCE_BUFFER if shuffled else SHUFFLE_BUFFER)
-    ds = ds.shuffle(buffer, seed=config.seed, reshuffle_each_iteration=True).repeat()
+    if not shuffled:
+        ds = ds.shuffle(min(num_examples, SHUFFLE_BUFFER), seed=config.seed, reshuffle_each_iteration=True)
+    ds = ds.repeat()
     seeds = tf.data.Dataset.random(seed=config.seed).batch(2)  # one stateless seed per example
     ds = tf.data.Dataset.zip((ds, seeds))
 
