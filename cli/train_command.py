@@ -162,6 +162,12 @@ def add_parser(subparsers):
     )
     evaluate.add_argument("model", help="run directory, .keras file, checkpoint, SavedModel or .tflite file")
     evaluate.add_argument("--dataset", help="'digits', 'tfds:NAME' or an image folder (default: the run's own)")
+    evaluate.add_argument(
+        "--split",
+        help=f"which examples: a tfds split expression (e.g. 'validation', 'test[:50%%]'; default: test, else "
+        f"validation), or '{names.WHOLE_SPLIT}' with --dataset for every image of a folder or digits (default: the "
+        "share train holds out) or every split of a tfds dataset; the run's eval.json is kept",
+    )
     evaluate.set_defaults(run=run_evaluate)
 
     predict = subparsers.add_parser(
@@ -252,7 +258,10 @@ def run_evaluate(args):
     from keras_vit.export.exported import is_exported
     from keras_vit.training import evaluate
 
-    result = _evaluate_exported(args) if is_exported(args.model) else evaluate(args.model, dataset=args.dataset)
+    if is_exported(args.model):
+        result = _evaluate_exported(args)
+    else:
+        result = evaluate(args.model, dataset=args.dataset, split=args.split)
     print(json.dumps(result))
 
 
@@ -270,7 +279,7 @@ def _evaluate_exported(args, chunk=256):
     if not args.dataset:
         raise ValueError(f"{args.model} is an exported model: say which data to evaluate on (--dataset).")
     model = load_exported(args.model)
-    examples, count, data_names = held_out_images(args.dataset, model.labels)
+    examples, count, data_names = held_out_images(args.dataset, model.labels, args.split)
     progress = progress_bar(count, unit_name="image")
     seen = top1 = top5 = loss = 0
     while batch := list(itertools.islice(examples, chunk)):

@@ -306,6 +306,8 @@ def test_evaluate_the_exported_files_on_a_dataset(exported):
         assert result["top1"] <= result["top5"] <= 1.0 and 0.0 < result["loss"] < 1.0, result
     refused = run(KERAS_VIT, "evaluate", home / "serving", expect=2)
     assert "is an exported model: say which data to evaluate on (--dataset)" in refused.stderr
+    whole = run(KERAS_VIT, "evaluate", home / "serving", "--dataset", "digits", "--split", "all").stdout
+    assert json.loads(whole.splitlines()[-1])["num_examples"] == 1797
 
 
 def test_predict_into_a_closed_pipe_stops_quietly(journey, tmp_path):

@@ -20,7 +20,7 @@ from PIL import Image
 pytestmark = pytest.mark.tensorflow_only  # tf.data and tf.distribute
 tf = pytest.importorskip("tensorflow")
 
-from keras_vit.training import TrainConfig, TrainingError, datasets, fit, pipeline  # noqa: E402
+from keras_vit.training import TrainConfig, TrainingError, datasets, evaluate, fit, pipeline  # noqa: E402
 from keras_vit.training.recipes import WarmupDecay, peak_learning_rate, steps_per_call  # noqa: E402
 from keras_vit.transform import ImageTransform  # noqa: E402
 from keras_vit_cli import main  # noqa: E402
@@ -215,6 +215,23 @@ def test_image_folder_skips_corrupt_files_and_trains(tmp_path, caplog, monkeypat
         verbose=0,
     )
     assert result["num_examples"] == source.num_eval
+
+    # A folder training never saw is evaluated whole with split "all"; the run's eval.json stays.
+    run_dir, eval_json = tmp_path / "run", (tmp_path / "run" / "eval.json").read_text()
+    whole = evaluate(run_dir / "best.keras", dataset=str(tmp_path / "data"), split="all")
+    assert whole["num_examples"] == source.num_train + source.num_eval == 12
+    assert (run_dir / "eval.json").read_text() == eval_json
+    for call, message in (
+        (lambda: evaluate(run_dir, split="all"), "split 'all' of the run's own data would count its training"),
+        (lambda: evaluate(run_dir, split="test"), r"a split expression \('test'\) is for tfds datasets"),
+        (
+            lambda: fit(TrainConfig(dataset=str(tmp_path / "data"), eval_split="all", run_dir=str(tmp_path / "r2"))),
+            "eval_split 'all' is every example, the training ones included",
+        ),
+    ):
+        with pytest.raises(ValueError, match=message):
+            call()
+    assert not (tmp_path / "r2").exists()
 
 
 def test_finetune_from_a_run_or_its_keras_file_takes_their_architecture(tmp_path, caplog):

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from keras_vit.names import IMAGE_EXTENSIONS, JPEG_DCT_METHOD
+from keras_vit.names import IMAGE_EXTENSIONS, JPEG_DCT_METHOD, WHOLE_SPLIT
 
 logger = logging.getLogger("keras_vit")
 # Examples held for shuffling a source that cannot be shuffled whole: a tfds split's records,
@@ -44,15 +44,22 @@ class Source:
 
 def load(config):
     """The `Source` for `config.dataset`: "digits", "tfds:NAME" or a folder path."""
+    whole = config.eval_split == WHOLE_SPLIT  # every image evaluated, none trained on
+    if config.eval_split is not None and not whole and not config.dataset.startswith("tfds:"):
+        raise ValueError(
+            f"a split expression ({config.eval_split!r}) is for tfds datasets; {config.dataset}'s evaluation split is "
+            f"its held-out share, or {WHOLE_SPLIT!r} for every image."
+        )
+    fraction = 1.0 if whole else config.validation_fraction
     if config.dataset == "digits":
-        return digits(config.validation_fraction, config.seed, config.selection_fraction)
+        return digits(fraction, config.seed, config.selection_fraction)
     if config.dataset.startswith("tfds:"):
         return tfds_source(
             config.dataset[5:], config.train_split, config.eval_split, config.selection_fraction, config.seed
         )
     path = Path(config.dataset)
     if config.dataset.strip() and path.is_dir():  # Path("") is the working directory
-        return folder(path, config.validation_fraction, config.seed, config.selection_fraction)
+        return folder(path, fraction, config.seed, config.selection_fraction)
     raise ValueError(
         f"unknown dataset {config.dataset!r}: use 'digits', 'tfds:NAME' or an image folder (one sub-folder per class)."
     )
@@ -126,7 +133,7 @@ def folder(path, validation_fraction=0.2, seed=0, selection_fraction=0.0):
 
     def dataset(index, shuffle=False):
         paths = tf.data.Dataset.from_tensor_slices((files[index], labels[index]))
-        if shuffle:  # file names are cheap to shuffle whole; decoded images are not
+        if shuffle and len(index):  # file names are cheap to shuffle whole; decoded images are not
             paths = paths.shuffle(len(index), seed=seed, reshuffle_each_iteration=True)
         images = paths.map(lambda f, y: (_decode_file(f), y), num_parallel_calls=tf.data.AUTOTUNE)
         # A JPEG broken inside its pixel data passes the check: training steps over it.
@@ -370,7 +377,10 @@ def _three_way_split(labels, eval_fraction, selection_fraction, seed):
 
 
 def _stratified_split(labels, fraction, seed):
-    """Indices (train, held_out): `fraction` of every class held out, shuffled with `seed`."""
+    """Indices (train, held_out): `fraction` of every class held out, shuffled with `seed`
+    (fraction 1: every index held out)."""
+    if fraction >= 1.0:
+        return np.array([], dtype=int), np.arange(len(labels))
     rng = np.random.default_rng(seed)
     train, held_out = [], []
     for label in np.unique(labels):

@@ -40,6 +40,11 @@ def fit(config, overwrite=False, verbose=None):
     """
     c = config.resolved()
     verbose = progress.verbosity() if verbose is None else verbose
+    if c.eval_split == names.WHOLE_SPLIT:
+        raise ValueError(
+            f"eval_split {names.WHOLE_SPLIT!r} is every example, the training ones included: it is for `evaluate` on "
+            "data training never saw."
+        )
     # A bad preset, model field or checkpoint fails before the run directory is touched.
     model_config = _model_config(c, num_classes=2)
     run_dir = _prepare_run_dir(c, overwrite)
@@ -142,21 +147,18 @@ def fit(config, overwrite=False, verbose=None):
         return evaluate(run_dir, verbose=verbose)
 
 
-def evaluate(source, dataset=None, verbose=None):
+def evaluate(source, dataset=None, split=None, verbose=None):
     """Evaluates a model on the evaluation split of its data; returns the `eval.json` dict.
 
     `source`: a run directory (its `best.keras`, on the run's own evaluation split, never used
     in training; `eval.json` is written there), or a `.keras` file or checkpoint with
     `dataset` ("digits", "tfds:NAME" or a folder; its evaluation split as `train` makes it
-    with the default options, seed 0 included).
+    with the default options, seed 0 included). `split`: another evaluation split, a tfds split
+    expression or "all" (`names.names.WHOLE_SPLIT`, with `dataset`: every example, for data training
+    never saw).
     `selected_on`: how many held-out training examples chose the checkpoint's epoch; `verbose` as
     `fit`'s."""
-    if dataset:
-        c = TrainConfig(dataset=dataset)
-    elif saving.is_run_dir(source):
-        c = load_run_config(source, data=True)
-    else:
-        raise ValueError(f"{source} is not a run directory: say which data to evaluate on (dataset=..., --dataset).")
+    c = evaluation_config(source, dataset, split)
     model = saving.load_model(source)
     data_source = datasets.load(c)
     if len(data_source.class_names) != model.config.num_classes:
@@ -188,9 +190,24 @@ def evaluate(source, dataset=None, verbose=None):
         "checkpoint": checkpoint,
         "selected_on": int(data_source.num_select),
     }
-    if saving.is_run_dir(source) and not dataset:
+    if saving.is_run_dir(source) and not dataset and not split:
         (Path(source) / EVAL_FILE).write_text(json.dumps(result, indent=2) + "\n")
     return result
+
+
+def evaluation_config(source, dataset=None, split=None):
+    """The `TrainConfig` whose evaluation split `evaluate` reads (see there)."""
+    if dataset:
+        return TrainConfig(dataset=dataset, eval_split=split)
+    if not saving.is_run_dir(source):
+        raise ValueError(f"{source} is not a run directory: say which data to evaluate on (dataset=..., --dataset).")
+    if split == names.WHOLE_SPLIT:
+        raise ValueError(
+            f"split {names.WHOLE_SPLIT!r} of the run's own data would count its training images; give the data "
+            "training never saw (dataset=..., --dataset)."
+        )
+    c = load_run_config(source, data=True)
+    return dataclasses.replace(c, eval_split=split) if split else c
 
 
 def in_model_order(data_source, class_names, dataset):

@@ -51,10 +51,11 @@ def export_samples(model, source=None, dataset=None, calibration_size=200, eval_
     )
 
 
-def held_out_images(dataset, class_names=None):
+def held_out_images(dataset, class_names=None, split=None):
     """The evaluation split of `dataset` ("digits", "tfds:NAME" or a folder) as `train` makes it
-    with the default options, for models that take images as they are (exported files):
-    `(examples, num_examples, data_class_names)`, `examples` an iterator of `(uint8 image
-    (H, W, 3), label)` NumPy pairs, the labels in `class_names`' order (None: the data's)."""
-    data = datasets.load(TrainConfig(dataset=dataset).resolved())
+    with the default options, or `split` (as `evaluate`'s), for models that take images as they
+    are (exported files): `(examples, num_examples, data_class_names)`, `examples` an iterator of
+    `(uint8 image (H, W, 3), label)` NumPy pairs, the labels in `class_names`' order (None: the
+    data's)."""
+    data = datasets.load(TrainConfig(dataset=dataset, eval_split=split).resolved())
     return in_model_order(data, class_names, dataset).as_numpy_iterator(), data.num_eval, list(data.class_names)
