@@ -65,7 +65,11 @@ _FLAGS = {
     "--learning-rate": ("learning_rate", dict(type=float, help="for a global batch of --base-batch-size")),
     "--base-batch-size": (
         "base_batch_size",
-        dict(type=int, help="the global batch --learning-rate is given for (default: pretrain 4096, finetune 512)"),
+        dict(
+            type=int,
+            help="the global batch --learning-rate is given for (default: pretrain 4096, finetune 512); other "
+            "batches scale it by the square root of the ratio (pretrain, AdamW) or linearly (finetune, SGD)",
+        ),
     ),
     "--weight-decay": (
         "weight_decay",
