@@ -154,11 +154,12 @@ def evaluate(source, dataset=None, split=None, verbose=None):
     in training; `eval.json` is written there), or a `.keras` file or checkpoint with
     `dataset` ("digits", "tfds:NAME" or a folder; its evaluation split as `train` makes it
     with the default options, seed 0 included). `split`: another evaluation split, a tfds split
-    expression or "all" (`names.names.WHOLE_SPLIT`, with `dataset`: every example, for data training
+    expression or "all" (`names.WHOLE_SPLIT`, with `dataset`: every example, for data training
     never saw).
     `selected_on`: how many held-out training examples chose the checkpoint's epoch; `verbose` as
     `fit`'s."""
     c = evaluation_config(source, dataset, split)
+    verbose = progress.verbosity() if verbose is None else verbose
     model = saving.load_model(source)
     data_source = datasets.load(c)
     if len(data_source.class_names) != model.config.num_classes:
@@ -180,7 +181,7 @@ def evaluate(source, dataset=None, split=None, verbose=None):
         loss=keras.losses.CategoricalCrossentropy(from_logits=True, reduction="mean_with_sample_weight"),
         weighted_metrics=_metrics(model.config.num_classes),
     )
-    values = model.evaluate(data, verbose=progress.verbosity() if verbose is None else verbose, return_dict=True)
+    values = model.evaluate(data, verbose=verbose, return_dict=True)
     checkpoint = saving.run_checkpoint(source).name if saving.is_run_dir(source) else str(source)
     result = {
         "top1": float(values["accuracy"]),
