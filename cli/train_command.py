@@ -209,7 +209,7 @@ def add_parser(subparsers):
 
 
 def run_train(args):
-    from keras_vit.training import TrainConfig, fit
+    from keras_vit.training import TrainConfig, fit, saved_epochs
 
     values = {
         field: getattr(args, flag[2:].replace("-", "_"))
@@ -223,7 +223,13 @@ def run_train(args):
         config = dataclasses.replace(config, model={**config.model, "image_size": args.image_size})
     _join_processes(args)
     _show_run_log()
-    result = fit(config, overwrite=args.overwrite)
+    try:
+        result = fit(config, overwrite=args.overwrite)
+    except KeyboardInterrupt:
+        done = saved_epochs(config)
+        where = f"goes on after epoch {done}" if done else "starts it again (no epoch was saved yet)"
+        print(f"keras-vit train: interrupted; the same command {where}", file=sys.stderr)
+        return 130
     if result is not None:  # other processes than 0 report nothing
         print(json.dumps(result))
 

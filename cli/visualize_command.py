@@ -25,7 +25,11 @@ def add_parser(subparsers):
     parser.add_argument("images", nargs="+", help="image files (any format Pillow reads) or http(s) URLs")
     parser.add_argument("--method", choices=METHODS, default="rollout", help="what to draw (default: rollout)")
     parser.add_argument("--class-index", type=int, help="class to explain (saliency methods; default: predicted)")
-    parser.add_argument("--out", required=True, help="output figure (.png, .svg or .pdf)")
+    parser.add_argument(
+        "--out",
+        required=True,
+        help="output figure: .png (also without a suffix), .svg, .pdf, .jpg or another format matplotlib writes",
+    )
     parser.set_defaults(run=run, keras_backend=_backend)
 
 
@@ -43,6 +47,8 @@ def run(args):
 
     if args.class_index is not None and args.method in names.ATTENTION_METHODS:
         raise ValueError(f"--class-index applies to the saliency methods; {args.method} shows the attention itself.")
+    plot.figure_path(args.out)  # bad input fails before the model loads
+    image_io.require_files(args.images)
     model = load_model(args.model)
     pixels = np.stack([image_io.load_image(path, model.image_transform)[0] for path in args.images])
     image_names = [Path(p).name for p in args.images]

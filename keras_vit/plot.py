@@ -15,10 +15,22 @@ def _pyplot():
     return plt
 
 
-def _save(fig, path):
+def figure_path(path):
+    """`path` as a figure is saved to: with `.png` added when it has no suffix. Raises
+    ValueError for a suffix matplotlib does not write."""
     path = Path(path)
     if not path.suffix:
-        path = path.with_suffix(".png")
+        return path.with_suffix(".png")
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if path.suffix[1:].lower() not in formats:
+        raise ValueError(f"cannot write a figure to {path}: the formats are {', '.join(sorted(formats))}")
+    return path
+
+
+def _save(fig, path):
+    path = figure_path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120, bbox_inches="tight")
     _pyplot().close(fig)

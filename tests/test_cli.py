@@ -72,6 +72,27 @@ def test_unknown_options_are_named_with_the_closest_one(argv, message, capsys):
     assert exit_.value.code == 2 and message in err[-1], err
 
 
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["visualize", "M", "a.png", "--out", "figure.xyz"], "cannot write a figure to figure.xyz: the formats are "),
+        (["visualize", "M", "/no/such.jpg", "--out", "figure.png"], "image file not found: /no/such.jpg"),
+        (["visualize", "M", "/tmp", "--out", "figure.png"], "/tmp is a folder: name its image files"),
+        (["inspect", "M", "--images", "/no/such.jpg", "--out", "figures"], "image file not found: /no/such.jpg"),
+    ],
+)
+def test_figure_commands_refuse_bad_input_before_loading_the_model(argv, message, capsys, monkeypatch):
+    from keras_vit import saving
+
+    def loaded(*args, **kwargs):
+        raise AssertionError("the model was loaded before the input was checked")
+
+    monkeypatch.setattr(saving, "load_model", loaded)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"keras-vit {argv[0]}: error: ") and message in err[0], err
+
+
 def test_corrupt_image_file(tmp_path, capsys):
     path = tmp_path / "broken.jpg"
     path.write_bytes(b"\xff\xd8\xff\xe0 not a jpeg")

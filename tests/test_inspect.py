@@ -249,6 +249,7 @@ def test_visualize_and_inspect_bad_input(argv, message, tmp_path, monkeypatch, c
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "afile").write_text("")  # [Errno 17] File exists, before
+    (tmp_path / "x.png").write_bytes(b"")  # the image files are checked first; these cases are about the rest
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0]

@@ -516,6 +516,29 @@ def test_finished_run_is_not_trained_again_unless_overwritten(tmp_path, capsys):
     assert (run_dir / "best.keras").stat().st_mtime_ns > files["best.keras"]
 
 
+def test_a_run_stopped_while_evaluating_evaluates_again_without_training_again(tmp_path, capsys, monkeypatch):
+    from keras_vit.training import run
+
+    run_dir = tmp_path / "run"
+    args = ["train", "--epochs", "2", "--run-dir", str(run_dir), "--checkpoint-interval", "3600"]
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt  # Ctrl-C once both epochs are trained, while best.keras is evaluated
+
+    monkeypatch.setattr(run, "evaluate", interrupted)
+    assert main(args) == 130
+    assert "keras-vit train: interrupted; the same command goes on after epoch 2" in capsys.readouterr().err
+    monkeypatch.undo()
+    log = (run_dir / "log.csv").read_text()
+    assert log.count("\n") == 3 and not (run_dir / "eval.json").exists()
+    assert main(args) == 0
+    captured = capsys.readouterr()
+    assert "all 2 epochs are trained" in captured.err and "top1" in json.loads(captured.out.splitlines()[-1])
+    assert (run_dir / "log.csv").read_text() == log  # nothing trained again
+    assert not (run_dir / "backup").exists()  # finished: the same command now prints eval.json
+    assert main(args) == 0 and "is finished" in capsys.readouterr().err
+
+
 def test_nan_loss_stops_with_a_reason(tmp_path):
     config = TrainConfig(run_dir=str(tmp_path / "run"), model=SMALL_MODEL, epochs=2, learning_rate=1e9)
     with pytest.raises(TrainingError, match=r"stopped: loss became nan at epoch 1, step \d+"):
@@ -789,6 +812,50 @@ def test_nan_epoch_never_replaces_the_last_good_checkpoint(tmp_path):
     restored = keras.saving.load_model(tmp_path / "best.keras")
     assert np.isfinite(keras.ops.convert_to_numpy(restored.get_layer("head").kernel)).all()
     assert not list(tmp_path.glob(".*tmp*"))  # no half-written files left
+
+
+def test_a_kill_while_saving_the_resume_state_leaves_the_previous_one_whole(tmp_path, monkeypatch):
+    import keras
+
+    import keras_vit
+    from keras_vit.training.callbacks import PeriodicBackupAndRestore
+
+    def compiled():
+        model = keras_vit.ViT(keras_vit.ViTConfig(**SMALL_MODEL, num_classes=3))
+        model.compile(optimizer="adamw", loss="categorical_crossentropy")
+        model.optimizer.build(model.trainable_variables)
+        return model
+
+    model = compiled()
+    backup = PeriodicBackupAndRestore(str(tmp_path / "backup"), interval=0)
+    backup.set_model(model)
+    backup.on_epoch_end(0)
+    saved = keras.ops.convert_to_numpy(model.get_layer("head").kernel)
+
+    def killed_half_way(self, filepath, overwrite=True):
+        Path(filepath).write_bytes(b"\x89HDF\r\n\x1a\n half a file")
+        raise KeyboardInterrupt  # as SIGINT (or a kill) would land in the middle of the write
+
+    model.get_layer("head").kernel.assign(np.ones((32, 3), "float32"))
+    monkeypatch.setattr(type(model), "save_weights", killed_half_way)
+    with pytest.raises(KeyboardInterrupt):
+        backup.on_epoch_end(1)
+    monkeypatch.undo()
+
+    resumed = compiled()
+    restore = PeriodicBackupAndRestore(str(tmp_path / "backup"))
+    restore.set_model(resumed)
+    restore.on_train_begin()
+    assert resumed._initial_epoch == 1  # the state after epoch 1, not the half-written one after epoch 2
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(resumed.get_layer("head").kernel), saved)
+
+    # A state damaged some other way (a full disk, a copy cut short) is named, with what to do.
+    weights = tmp_path / "backup" / "latest.weights.h5"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    restore = PeriodicBackupAndRestore(str(tmp_path / "backup"))
+    restore.set_model(compiled())
+    with pytest.raises(OSError, match=r"resume state in \S+backup cannot be read .*remove that folder to train"):
+        restore.on_train_begin()
 
 
 def test_resumed_run_keeps_the_best_epoch_of_before_the_interruption(tmp_path):

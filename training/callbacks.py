@@ -2,6 +2,7 @@
 seconds, and a clean stop on a NaN loss."""
 
 import csv
+import json
 import logging
 import math
 import os
@@ -16,6 +17,7 @@ from keras_vit.saving import inference_copy, save_model
 from keras_vit.training.strategy import agree, this_process_only
 
 logger = logging.getLogger("keras_vit")
+_PARTIAL = ".partial"  # the name a resume-state file has until it is complete
 
 
 class _Every:
@@ -38,24 +40,56 @@ def _is_last_epoch(callback, epoch):
 
 
 class PeriodicBackupAndRestore(keras.callbacks.BackupAndRestore):
-    """Keras's `BackupAndRestore`, writing the resume state after the first epoch and then
-    only once `interval` seconds have passed (0: every epoch). Short epochs then do not spend
+    """Keras's `BackupAndRestore`, writing the resume state after the first and the last epoch
+    and otherwise once `interval` seconds have passed (0: every epoch). Short epochs then do not spend
     their time saving (digits: about 0.15 s of each 1 s epoch on 2 cores); a killed run
-    repeats at most `interval` seconds of work."""
+    repeats at most `interval` seconds of work. Each file is written beside its place and
+    renamed into it, so a kill while saving leaves the previous state whole. The state is kept
+    when training ends: the run deletes it once its evaluation is written, so a run stopped
+    while evaluating evaluates again rather than training again."""
 
     def __init__(self, backup_dir, interval=30.0):
-        super().__init__(backup_dir)
+        super().__init__(backup_dir, delete_checkpoint=False)
         self._due = _Every(interval)
 
     def on_train_begin(self, logs=None):
-        super().on_train_begin(logs)  # restores the weights, the optimizer and the epoch to go on from
+        try:  # restores the weights, the optimizer and the epoch to go on from
+            super().on_train_begin(logs)
+        except (OSError, ValueError) as error:  # h5py: OSError; a damaged training_metadata.json: ValueError
+            raise OSError(
+                f"the resume state in {self.backup_dir} cannot be read ({error}); remove that folder to train "
+                "this run again from its first epoch"
+            ) from error
         done = getattr(self.model, "_initial_epoch", 0)  # where Keras's restore put it
-        if done:
+        if done and done >= (self.params or {}).get("epochs", math.inf):
+            logger.info("keras_vit: all %d epochs are trained (the resume state in %s)", done, self.backup_dir)
+        elif done:
             logger.info("keras_vit: resuming after epoch %d, from the resume state in %s", done, self.backup_dir)
 
     def on_epoch_end(self, epoch, logs=None):
-        if agree(self._due()):  # several JAX processes: process 0's clock decides for all
+        # Several JAX processes: process 0's clock decides for all.
+        if agree(self._due() or _is_last_epoch(self, epoch)):
             super().on_epoch_end(epoch, logs)
+
+    @staticmethod
+    def saved_epochs(backup_dir):
+        """The epochs done in the resume state in `backup_dir`, or None when it has none."""
+        try:
+            return int(json.loads((Path(backup_dir) / "training_metadata.json").read_text())["epoch"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def _save_model(self):
+        # Keras writes both files in place, so a kill during the write (seconds for a large
+        # model and its optimizer state) would leave a state no run can load.
+        os.makedirs(self.backup_dir, exist_ok=True)
+        weights = os.path.join(self.backup_dir, _PARTIAL + ".weights.h5")  # Keras needs the suffix
+        self.model.save_weights(weights, overwrite=True)
+        metadata = os.path.join(self.backup_dir, _PARTIAL + ".json")
+        with open(metadata, "w") as file:
+            json.dump({"epoch": self._current_epoch, "batch": self._last_batch_seen}, file)
+        os.replace(weights, self._weights_path)
+        os.replace(metadata, self._training_metadata_path)
 
 
 class AtomicCheckpoint(keras.callbacks.Callback):

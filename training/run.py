@@ -21,6 +21,7 @@ from keras_vit.transform import ImageTransform
 
 logger = logging.getLogger("keras_vit")
 CONFIG_FILE, LABELS_FILE, EVAL_FILE = names.RUN_CONFIG, names.RUN_LABELS, names.RUN_EVAL
+BACKUP_DIR = "backup"  # the resume state, in the run directory (workers: worker_N/backup)
 
 
 class TrainingError(RuntimeError):
@@ -59,7 +60,7 @@ def fit(config, overwrite=False, verbose=None):
     steps_per_epoch, epochs = recipes.schedule(c, source.num_train, global_batch)
     chief = placement.is_chief
     # Other workers and processes keep only their own resume state, in worker_N/backup.
-    backup_dir = run_dir / "backup" if chief else run_dir / f"worker_{placement.task_index}" / "backup"
+    backup_dir = run_dir / BACKUP_DIR if chief else run_dir / f"worker_{placement.task_index}" / BACKUP_DIR
     # The small digits model on one device runs fastest under XLA, many steps per call (Keras's
     # multi-step loop fails under tf.distribute's Mirrored strategies; under PyTorch it takes one
     # step per call and jit_compile means torch.compile).
@@ -139,12 +140,15 @@ def fit(config, overwrite=False, verbose=None):
     if nan.reason:
         best = names.RUN_CHECKPOINTS[0]
         kept = best if (run_dir / best).exists() else "no checkpoint (first epoch)"
+        shutil.rmtree(backup_dir, ignore_errors=True)  # the same command starts afresh, as before the NaN
         raise TrainingError(f"stopped: {nan.reason}; kept the last good checkpoint: {run_dir / kept}")
-    if not chief:  # its resume state was deleted at the end of training; the folder goes too
+    if not chief:  # its worker_N folder holds nothing else
         shutil.rmtree(backup_dir.parent, ignore_errors=True)
         return None
     with this_process_only():  # several JAX processes: the chief evaluates best.keras alone
-        return evaluate(run_dir, verbose=verbose)
+        result = evaluate(run_dir, verbose=verbose)
+    shutil.rmtree(backup_dir, ignore_errors=True)  # eval.json is written: the run is finished
+    return result
 
 
 def evaluate(source, dataset=None, split=None, verbose=None):
@@ -379,15 +383,21 @@ def _prepare_run_dir(c, overwrite):
     if overwrite and stored.is_file():  # a run's folder only; several processes may empty it at once
         for name in (*names.RUN_CHECKPOINTS, "log.csv", EVAL_FILE):
             (run_dir / name).unlink(missing_ok=True)
-        for folder in ("backup", "tensorboard", *(p.name for p in run_dir.glob("worker_*"))):
+        for folder in (BACKUP_DIR, "tensorboard", *(p.name for p in run_dir.glob("worker_*"))):
             shutil.rmtree(run_dir / folder, ignore_errors=True)
     return run_dir
 
 
+def saved_epochs(config):
+    """How many epochs the resume state of `config`'s run holds (the same config goes on after
+    them), or None when it has none."""
+    return PeriodicBackupAndRestore.saved_epochs(Path(config.resolved().run_dir) / BACKUP_DIR)
+
+
 def _is_finished(run_dir):
     """Whether the run in `run_dir` trained to its end and was evaluated: `eval.json` is there
-    and the resume state, which Keras deletes when training ends, is not."""
-    return (run_dir / EVAL_FILE).is_file() and not (run_dir / "backup").exists()
+    and the resume state, deleted once `eval.json` is written, is not."""
+    return (run_dir / EVAL_FILE).is_file() and not (run_dir / BACKUP_DIR).exists()
 
 
 def _store_config(c):
