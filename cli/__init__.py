@@ -14,6 +14,7 @@ import re
 import select
 import sys
 import threading
+from pathlib import Path
 
 from keras_vit_cli import (
     benchmark_command,
@@ -25,6 +26,7 @@ from keras_vit_cli import (
     train_command,
     visualize_command,
 )
+from keras_vit_cli.names import names
 
 COMMANDS = (
     presets_command,
@@ -150,6 +152,7 @@ def _run(args):
             file=sys.stderr,
         )
         os.environ["KERAS_BACKEND"] = backend
+    _note_unfinished_run(args)
     if args.verbose or "TF_CPP_MIN_LOG_LEVEL" in os.environ:
         importlib.import_module("keras_vit")
         return args.run(args)
@@ -157,6 +160,23 @@ def _run(args):
     with _native_noise_filtered():
         importlib.import_module("keras_vit")
         return args.run(args)
+
+
+def _note_unfinished_run(args):
+    """A note on stderr when the model a command reads is a run directory whose training has not
+    finished (no evaluation written yet, or a resume state left): stopped, or still training."""
+    source = getattr(args, "model", None) or getattr(args, "source", None)
+    if args.command == "train" or not source or not Path(source).is_dir():
+        return
+    run = Path(source)
+    model = next((name for name in names.RUN_CHECKPOINTS if (run / name).is_file()), None)
+    unfinished = not (run / names.RUN_EVAL).is_file() or (run / names.RUN_BACKUP).is_dir()
+    if model and (run / names.RUN_CONFIG).is_file() and unfinished:
+        print(
+            f"keras-vit {args.command}: note: the run in {source} has not finished (stopped, or still training); "
+            f"its {model} may not be its final model",
+            file=sys.stderr,
+        )
 
 
 def main(argv=None):

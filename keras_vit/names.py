@@ -41,6 +41,7 @@ RUN_CONFIG = "config.yaml"
 RUN_LABELS = LABELS_FILE
 RUN_EVAL = "eval.json"
 RUN_CHECKPOINTS = ("best.keras", "last.keras")
+RUN_BACKUP = "backup"  # the resume state, there until the run's evaluation is written (workers: worker_N/backup)
 # The evaluation split that is a whole dataset: every image of a folder or of digits, every
 # split of a tfds dataset (tfds's own name for that); for evaluating on data training never saw.
 WHOLE_SPLIT = "all"

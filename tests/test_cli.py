@@ -93,6 +93,26 @@ def test_figure_commands_refuse_bad_input_before_loading_the_model(argv, message
     assert len(err) == 1 and err[0].startswith(f"keras-vit {argv[0]}: error: ") and message in err[0], err
 
 
+def test_a_run_that_has_not_finished_is_noted_where_its_model_is_read(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    for name in ("config.yaml", "best.keras"):
+        (run / name).write_text("")  # the files are read after the note: this test stops at the image
+    notes = []
+    for state in ("stopped", "finished", "stopped while evaluating"):
+        if state == "finished":
+            (run / "eval.json").write_text("{}")
+        if state == "stopped while evaluating":
+            (run / "backup").mkdir()
+        assert main(["predict", str(run), str(tmp_path / "no.png")]) == 2
+        notes.append([line for line in capsys.readouterr().err.splitlines() if "note:" in line])
+    note = (
+        f"keras-vit predict: note: the run in {run} has not finished (stopped, or still training); its best.keras "
+        "may not be its final model"
+    )
+    assert notes == [[note], [], [note]]
+
+
 def test_corrupt_image_file(tmp_path, capsys):
     path = tmp_path / "broken.jpg"
     path.write_bytes(b"\xff\xd8\xff\xe0 not a jpeg")

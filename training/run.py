@@ -21,7 +21,6 @@ from keras_vit.transform import ImageTransform
 
 logger = logging.getLogger("keras_vit")
 CONFIG_FILE, LABELS_FILE, EVAL_FILE = names.RUN_CONFIG, names.RUN_LABELS, names.RUN_EVAL
-BACKUP_DIR = "backup"  # the resume state, in the run directory (workers: worker_N/backup)
 
 
 class TrainingError(RuntimeError):
@@ -60,7 +59,7 @@ def fit(config, overwrite=False, verbose=None):
     steps_per_epoch, epochs = recipes.schedule(c, source.num_train, global_batch)
     chief = placement.is_chief
     # Other workers and processes keep only their own resume state, in worker_N/backup.
-    backup_dir = run_dir / BACKUP_DIR if chief else run_dir / f"worker_{placement.task_index}" / BACKUP_DIR
+    backup_dir = run_dir / names.RUN_BACKUP if chief else run_dir / f"worker_{placement.task_index}" / names.RUN_BACKUP
     # The small digits model on one device runs fastest under XLA, many steps per call (Keras's
     # multi-step loop fails under tf.distribute's Mirrored strategies; under PyTorch it takes one
     # step per call and jit_compile means torch.compile).
@@ -383,7 +382,7 @@ def _prepare_run_dir(c, overwrite):
     if overwrite and stored.is_file():  # a run's folder only; several processes may empty it at once
         for name in (*names.RUN_CHECKPOINTS, "log.csv", EVAL_FILE):
             (run_dir / name).unlink(missing_ok=True)
-        for folder in (BACKUP_DIR, "tensorboard", *(p.name for p in run_dir.glob("worker_*"))):
+        for folder in (names.RUN_BACKUP, "tensorboard", *(p.name for p in run_dir.glob("worker_*"))):
             shutil.rmtree(run_dir / folder, ignore_errors=True)
     return run_dir
 
@@ -391,13 +390,13 @@ def _prepare_run_dir(c, overwrite):
 def saved_epochs(config):
     """How many epochs the resume state of `config`'s run holds (the same config goes on after
     them), or None when it has none."""
-    return PeriodicBackupAndRestore.saved_epochs(Path(config.resolved().run_dir) / BACKUP_DIR)
+    return PeriodicBackupAndRestore.saved_epochs(Path(config.resolved().run_dir) / names.RUN_BACKUP)
 
 
 def _is_finished(run_dir):
     """Whether the run in `run_dir` trained to its end and was evaluated: `eval.json` is there
     and the resume state, deleted once `eval.json` is written, is not."""
-    return (run_dir / EVAL_FILE).is_file() and not (run_dir / BACKUP_DIR).exists()
+    return (run_dir / EVAL_FILE).is_file() and not (run_dir / names.RUN_BACKUP).exists()
 
 
 def _store_config(c):
