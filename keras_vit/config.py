@@ -1,6 +1,7 @@
 """`ViTConfig`: the one description of a Vision Transformer that every model is built from."""
 
 import dataclasses
+import difflib
 import numbers
 import re
 import types
@@ -271,10 +272,17 @@ def _fits(value, kind):
 
 
 def check_fields(cls, values, what):
-    """Raises a ValueError naming any key of `values` that is not a field of dataclass `cls`."""
-    unknown = set(values) - {f.name for f in dataclasses.fields(cls)}
+    """Raises a ValueError naming any key of `values` that is not a field of dataclass `cls`,
+    with the closest field of a misspelt one."""
+    fields = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(values) - set(fields))
     if unknown:
-        raise ValueError(f"unknown {what}(s): {', '.join(sorted(unknown))}.")
+        hints = [
+            f"{name}: did you mean {close[0]}?"
+            for name in unknown
+            if (close := difflib.get_close_matches(str(name), fields, n=1, cutoff=0.75))
+        ]
+        raise ValueError(f"unknown {what}(s): {', '.join(map(str, unknown))}" + "".join(f"; {h}" for h in hints) + ".")
 
 
 def _nearest_divisor(n, target):

@@ -119,5 +119,7 @@ def test_config_dict_round_trip_and_replace():
     c = ViTConfig(image_size=(64, 96), patch_size=1, resnet_layers=[3, 4], layer_scale_init=1e-5)
     assert ViTConfig.from_dict(c.to_dict()) == c
     assert c.replace(num_classes=3).num_classes == 3
-    with pytest.raises(ValueError, match="unknown ViTConfig field"):
+    with pytest.raises(ValueError, match=r"unknown ViTConfig field\(s\): widht\.$"):  # nothing close
         c.replace(widht=3)
+    with pytest.raises(ValueError, match=r"field\(s\): num_clases, patch; num_clases: did you mean num_classes\?"):
+        c.replace(num_clases=3, patch=2)

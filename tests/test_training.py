@@ -625,7 +625,7 @@ def test_yaml_config_with_flag_override(tmp_path):
     config = TrainConfig.from_yaml(path, batch_size=8)
     assert (config.epochs, config.batch_size, config.model) == (3, 8, {"hidden_size": 48})
     path.write_text("epoch: 3\n")
-    with pytest.raises(ValueError, match="unknown training option"):
+    with pytest.raises(ValueError, match=r"unknown training option\(s\): epoch; epoch: did you mean epochs\?"):
         TrainConfig.from_yaml(path)
     path.write_text("epochs: [3\n")  # a typo a user makes: one line naming where, not a traceback
     with pytest.raises(ValueError, match=r"train.yaml is not valid YAML at line 2, column 1: expected ','"):
