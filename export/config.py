@@ -74,6 +74,11 @@ class ExportConfig:
         for name in ("saved_model_dir", "tflite_dir", "report_dir"):
             if getattr(self, name) and Path(getattr(self, name)).is_file():
                 raise ExportError(f"{name} {getattr(self, name)} is a file; export writes into a folder.")
+        if self.tflite_dir and Path(self.tflite_dir).suffix.lower() == ".tflite" and not Path(self.tflite_dir).is_dir():
+            raise ExportError(
+                f"tflite_dir {self.tflite_dir} names a file; it is the folder the {self.name}_MODE.tflite files go "
+                f"into (e.g. {Path(self.tflite_dir).parent / 'tflite'})."
+            )
         if self.saved_model_precision is not None:
             saved_model_policy(self.saved_model_precision)
         if self.freeze and not self.saved_model_dir:

@@ -623,6 +623,9 @@ def test_which_paths_predict_takes_as_exported_files(tmp_path):
     (tmp_path / "afile").write_text("")
     with pytest.raises(ExportError, match="tflite_dir .*afile is a file; export writes into a folder"):
         ExportConfig(tflite_dir=str(tmp_path / "afile"))  # [Errno 17] File exists, after loading the model
+    # `--tflite app/model.tflite` made a folder of that name with vit_int8.tflite inside
+    with pytest.raises(ExportError, match=r"tflite_dir app/model.tflite names a file; it is the folder the vit_MODE"):
+        ExportConfig(tflite_dir="app/model.tflite")
     from keras_vit.export.exported import is_exported, load_exported
 
     for version in ("a/vit/1", "a/vit/2", "b/vit/1", "b/other/1", "run/vit/1"):
