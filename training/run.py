@@ -97,8 +97,12 @@ def fit(config, overwrite=False, verbose=None):
             batch_multiple(global_batch),
         )
     nan = StopOnNaN()
+    # The workers of a TF multi-worker job keep their own resume states by their own clocks: an
+    # interval could let them save after different epochs and resume out of step (weights that
+    # differ, one worker an epoch ahead), so they save after every epoch. JAX processes agree.
+    backup_interval = 0 if c.strategy == "multi_worker" else c.checkpoint_interval
     callbacks = [
-        PeriodicBackupAndRestore(str(backup_dir), c.checkpoint_interval),
+        PeriodicBackupAndRestore(str(backup_dir), backup_interval),
         nan,
         # With ema: the averaged weights are evaluated and saved (BackupAndRestore, before it,
         # keeps the raw weights and the average in the optimizer's state).
