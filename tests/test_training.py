@@ -858,6 +858,32 @@ def test_a_kill_while_saving_the_resume_state_leaves_the_previous_one_whole(tmp_
         restore.on_train_begin()
 
 
+def test_ctrl_c_is_noted_and_raised_between_steps():
+    from keras_vit.training.callbacks import StopOnInterrupt
+
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        pytest.skip("SIGINT is handled by someone else in this process")
+    with pytest.raises(KeyboardInterrupt):
+        with StopOnInterrupt() as interrupt:
+            os.kill(os.getpid(), signal.SIGINT)  # noted: nothing raised inside a step
+            time.sleep(0.1)
+            interrupt.on_train_batch_begin(0)  # not a step's end
+            with pytest.raises(KeyboardInterrupt):
+                interrupt.on_train_batch_end(0)
+            interrupt.on_train_batch_end(1)  # raised once
+            os.kill(os.getpid(), signal.SIGINT)  # noted after the last step: raised on leaving
+            time.sleep(0.1)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    with pytest.raises(KeyboardInterrupt):  # a second Ctrl-C raises at once
+        with StopOnInterrupt():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.1)
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.1)
+            raise AssertionError("the second Ctrl-C did not raise")
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 def test_resumed_run_keeps_the_best_epoch_of_before_the_interruption(tmp_path):
     import keras_vit
     from keras_vit.training.callbacks import AtomicCheckpoint

@@ -2,9 +2,12 @@
 
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import keras
 import numpy as np
@@ -79,3 +82,36 @@ def _python(code, devices):
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     return result
+
+
+def test_ctrl_c_stops_training_between_steps(tmp_path):
+    """Under JAX, Python's own SIGINT handler raised while Keras converted a step's logs to
+    NumPy, where the exception was swallowed (jax-ml/jax#18246): training went on to its end."""
+    if keras.backend.backend() == "torch":
+        pytest.skip("PyTorch trains the digits model step by step, eagerly: minutes for these epochs")
+    env = {**os.environ, "KERAS_BACKEND": keras.backend.backend(), "TF_CPP_MIN_LOG_LEVEL": "3"}
+    run_dir = tmp_path / "run"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "keras_vit_cli", "train", "--run-dir", str(run_dir), "--epochs", "200"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines = []
+    try:
+        for line in process.stdout:  # a line per epoch: stdout is a pipe
+            lines.append(line)
+            if line.startswith("Epoch 3/"):
+                break
+        time.sleep(0.4)  # into the epoch's steps, where the main thread waits for each step's logs
+        process.send_signal(signal.SIGINT)
+        sent = time.monotonic()
+        output, _ = process.communicate(timeout=120)
+    finally:
+        process.kill()  # a run that went on
+    lines += output.splitlines(keepends=True)
+    assert process.returncode == 130, "".join(lines)[-3000:]
+    assert time.monotonic() - sent < 60  # not the 197 epochs left (about 1 s each)
+    assert re.search(r"keras-vit train: interrupted; the same command goes on after epoch [12]\n", "".join(lines))
+    assert sum(line.startswith("Epoch ") for line in lines) < 20

@@ -1,5 +1,5 @@
 """Callbacks of a run: atomic best/last checkpoints, resume state at most every so many
-seconds, and a clean stop on a NaN loss."""
+seconds, and a clean stop on a NaN loss or Ctrl-C."""
 
 import csv
 import json
@@ -7,6 +7,8 @@ import logging
 import math
 import os
 import shutil
+import signal
+import threading
 import time
 from pathlib import Path
 
@@ -163,3 +165,43 @@ class StopOnNaN(keras.callbacks.Callback):
         if loss is not None and not math.isfinite(float(loss)):
             self.reason = f"loss became {float(loss)} at epoch {self.epoch + 1}, step {batch + 1}"
             self.model.stop_training = True
+
+
+class StopOnInterrupt(keras.callbacks.Callback):
+    """Ctrl-C (SIGINT) stops `fit` or `evaluate` with KeyboardInterrupt at the next step's end.
+    Raised from Python's own handler, the interrupt could be lost: the main thread waits for
+    each step where Keras converts the logs to NumPy, and converting a JAX array there swallows
+    an exception raised in the middle (jax-ml/jax#18246), so training went on. This handler
+    only notes the signal, which the callback raises between steps; a second Ctrl-C raises at
+    once. A context manager around the call; it changes nothing outside the main thread or
+    where someone else's SIGINT handler is installed."""
+
+    def __init__(self):
+        super().__init__()
+        self._pending = False
+        self._previous = None
+
+    def __enter__(self):
+        main = threading.current_thread() is threading.main_thread()
+        if main and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            self._previous = signal.signal(signal.SIGINT, self._note)
+        return self
+
+    def __exit__(self, kind, value, traceback):
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+            self._previous = None
+        if kind is None:
+            self._raise_pending()  # noted after the last step
+
+    def _note(self, signum, frame):
+        if self._pending:
+            raise KeyboardInterrupt
+        self._pending = True
+
+    def _raise_pending(self, *args, **kwargs):
+        if self._pending:
+            self._pending = False
+            raise KeyboardInterrupt
+
+    on_train_batch_end = on_test_batch_end = on_epoch_end = _raise_pending

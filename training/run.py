@@ -14,7 +14,7 @@ import keras_vit
 from keras_vit import names, progress, saving
 from keras_vit.checkpoints import known
 from keras_vit.training import datasets, multi_worker, pipeline, recipes
-from keras_vit.training.callbacks import AtomicCheckpoint, PeriodicBackupAndRestore, StopOnNaN
+from keras_vit.training.callbacks import AtomicCheckpoint, PeriodicBackupAndRestore, StopOnInterrupt, StopOnNaN
 from keras_vit.training.config import TrainConfig
 from keras_vit.training.strategy import agree, batch_multiple, make_placement, this_process_only
 from keras_vit.transform import ImageTransform
@@ -131,15 +131,16 @@ def fit(config, overwrite=False, verbose=None):
     if chief:
         (run_dir / LABELS_FILE).write_text("\n".join(source.class_names) + "\n")
     # shuffle=False: the pipeline shuffles itself (Keras warns that it ignores shuffle=True).
-    model.fit(
-        train,
-        epochs=epochs,
-        steps_per_epoch=steps_per_epoch,
-        validation_data=selection,
-        shuffle=False,
-        callbacks=callbacks,
-        verbose=verbose if chief else 0,  # one progress bar per job
-    )
+    with StopOnInterrupt() as interrupt:
+        model.fit(
+            train,
+            epochs=epochs,
+            steps_per_epoch=steps_per_epoch,
+            validation_data=selection,
+            shuffle=False,
+            callbacks=[*callbacks, interrupt],
+            verbose=verbose if chief else 0,  # one progress bar per job
+        )
     if nan.reason:
         best = names.RUN_CHECKPOINTS[0]
         kept = best if (run_dir / best).exists() else "no checkpoint (first epoch)"
@@ -188,7 +189,8 @@ def evaluate(source, dataset=None, split=None, verbose=None):
         loss=keras.losses.CategoricalCrossentropy(from_logits=True, reduction="mean_with_sample_weight"),
         weighted_metrics=_metrics(model.config.num_classes),
     )
-    values = model.evaluate(data, verbose=verbose, return_dict=True)
+    with StopOnInterrupt() as interrupt:
+        values = model.evaluate(data, verbose=verbose, return_dict=True, callbacks=[interrupt])
     checkpoint = saving.run_checkpoint(source).name if saving.is_run_dir(source) else str(source)
     result = {
         "top1": float(values["accuracy"]),
