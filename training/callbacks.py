@@ -43,13 +43,13 @@ def _is_last_epoch(callback, epoch):
 
 class PeriodicBackupAndRestore(keras.callbacks.BackupAndRestore):
     """Keras's `BackupAndRestore`, writing the resume state after the first and the last epoch
-    and otherwise once `interval` seconds have passed (0: every epoch). Short epochs then do not spend
-    their time saving (digits: about 0.15 s of each 1 s epoch on 2 cores); a killed run
-    repeats the epoch it was in and at most `interval` seconds of work before it (saves happen
-    at epoch ends). Each file is written beside its place and
-    renamed into it, so a kill while saving leaves the previous state whole. The state is kept
-    when training ends: the run deletes it once its evaluation is written, so a run stopped
-    while evaluating evaluates again rather than training again."""
+    and otherwise once `interval` seconds have passed (0: every epoch). Short epochs then do
+    not spend their time saving (digits: about 0.15 s of each 1 s epoch on 2 cores); a killed
+    run repeats the epoch it was in and at most `interval` seconds of work before it (saves
+    happen at epoch ends). Each file is written beside its place and renamed into it, so a
+    kill while saving leaves the previous state whole. The state is kept when training ends:
+    the run deletes it once its evaluation is written, so a run stopped while evaluating
+    evaluates again rather than training again."""
 
     def __init__(self, backup_dir, interval=30.0):
         super().__init__(backup_dir, delete_checkpoint=False)
