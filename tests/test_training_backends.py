@@ -97,6 +97,9 @@ def test_ctrl_c_stops_training_between_steps(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        # As a terminal starts it: a test run started in the background ignores SIGINT, and
+        # its children inherit that (Python then installs no handler of its own).
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     lines = []
     try:
