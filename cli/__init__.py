@@ -170,8 +170,7 @@ def _note_unfinished_run(args):
         return
     run = Path(source)
     model = next((name for name in names.RUN_CHECKPOINTS if (run / name).is_file()), None)
-    unfinished = not (run / names.RUN_EVAL).is_file() or (run / names.RUN_BACKUP).is_dir()
-    if model and (run / names.RUN_CONFIG).is_file() and unfinished:
+    if model and (run / names.RUN_CONFIG).is_file() and not names.run_finished(run):
         print(
             f"keras-vit {args.command}: note: the run in {source} has not finished (stopped, or still training); "
             f"its {model} may not be its final model",

@@ -93,27 +93,19 @@ def png_bytes(pixels):
     return buffer.getvalue()
 
 
-def require_files(arguments):
-    """Raises an OSError naming the first image argument that is neither a file nor an http(s)
-    URL (checked before a model is loaded)."""
-    for given in arguments:
-        if Path(given).is_dir():
-            raise IsADirectoryError(f"{given} is a folder: name its image files")
-        if not is_url(given) and not Path(given).is_file():
-            raise FileNotFoundError(f"image file not found: {given}")
-
-
-def image_files(arguments):
+def image_files(arguments, folders=True):
     """`(path, in_folder)` for each image argument: a file or an http(s) URL as given, a folder as
     the files in it and its sub-folders whose suffix is one of `names.IMAGE_EXTENSIONS`, sorted.
     Raises FileNotFoundError, naming the first, for arguments that do not exist and folders
-    without images."""
+    without images, and IsADirectoryError for any folder when `folders` is False."""
     files = []
     for given in arguments:
         if is_url(given):
             files.append((given, False))
             continue
         argument = Path(given)
+        if argument.is_dir() and not folders:
+            raise IsADirectoryError(f"{given} is a folder: name its image files")
         if argument.is_dir():
             found = sorted(p for p in argument.rglob("*") if p.suffix.lower() in names.IMAGE_EXTENSIONS and p.is_file())
             if not found:

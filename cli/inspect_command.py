@@ -31,7 +31,7 @@ def run(args):
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} is a file; inspect writes its figures into a folder.")
-    image_io.require_files(args.images or [])
+    image_io.image_files(args.images or [], folders=False)
     model = load_model(args.model)
     transform = model.image_transform  # as the model is evaluated
     if args.images:

@@ -48,7 +48,7 @@ def run(args):
     if args.class_index is not None and args.method in names.ATTENTION_METHODS:
         raise ValueError(f"--class-index applies to the saliency methods; {args.method} shows the attention itself.")
     plot.figure_path(args.out)  # bad input fails before the model loads
-    image_io.require_files(args.images)
+    image_io.image_files(args.images, folders=False)
     model = load_model(args.model)
     pixels = np.stack([image_io.load_image(path, model.image_transform)[0] for path in args.images])
     image_names = [Path(p).name for p in args.images]

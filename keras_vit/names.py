@@ -1,5 +1,5 @@
 """The names and constants that the library, its applications and the command line share, each
-defined here once.
+defined here once, and the rule that reads a run directory's files to tell a finished run.
 
 This module imports nothing, so the command line reads it (through `keras_vit_cli.names`) to
 build `--help` and check arguments without loading Keras or TensorFlow.
@@ -42,6 +42,14 @@ RUN_LABELS = LABELS_FILE
 RUN_EVAL = "eval.json"
 RUN_CHECKPOINTS = ("best.keras", "last.keras")
 RUN_BACKUP = "backup"  # the resume state, there until the run's evaluation is written (workers: worker_N/backup)
+
+
+def run_finished(run_dir):
+    """Whether the run in `run_dir` (a pathlib.Path) trained to its end and was evaluated: its
+    evaluation is written and its resume state, deleted once the evaluation is written, is gone."""
+    return (run_dir / RUN_EVAL).is_file() and not (run_dir / RUN_BACKUP).exists()
+
+
 # The evaluation split that is a whole dataset: every image of a folder or of digits, every
 # split of a tfds dataset (tfds's own name for that); for evaluating on data training never saw.
 WHOLE_SPLIT = "all"

@@ -104,10 +104,9 @@ class TrainConfig:
             raise ValueError(f"checkpoint_interval must be >= 0 seconds; got {self.checkpoint_interval}.")
         if self.model_parallel < 1:
             raise ValueError(f"model_parallel must be a positive device count; got {self.model_parallel}.")
-        if self.batch_size < 1 or (self.epochs is not None and self.epochs < 1):
-            raise ValueError("batch_size and epochs must be positive.")
-        if self.global_batch_size is not None and self.global_batch_size < 1:
-            raise ValueError("global_batch_size must be positive.")
+        for name in ("batch_size", "epochs", "global_batch_size"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"{name} must be positive; got {getattr(self, name)}.")
         for name, low, high in _RANGES:
             value = getattr(self, name)
             if value is not None and not (value > low if high is None else low <= value < high):

@@ -50,7 +50,7 @@ def fit(config, overwrite=False, verbose=None):
     run_dir = _prepare_run_dir(c, overwrite)
     placement = make_placement(c)  # first: multi-worker collectives must be set up before any op
     # Several JAX processes: process 0's view of the directory decides for all.
-    if agree(_is_finished(run_dir)):
+    if agree(names.run_finished(run_dir)):
         logger.info("keras_vit: %s is finished; its %s follows (--overwrite trains it again)", run_dir, EVAL_FILE)
         return json.loads((run_dir / EVAL_FILE).read_text()) if placement.is_chief else None
     keras.utils.set_random_seed(c.seed)
@@ -397,12 +397,6 @@ def saved_epochs(config):
     """How many epochs the resume state of `config`'s run holds (the same config goes on after
     them), or None when it has none."""
     return PeriodicBackupAndRestore.saved_epochs(Path(config.resolved().run_dir) / names.RUN_BACKUP)
-
-
-def _is_finished(run_dir):
-    """Whether the run in `run_dir` trained to its end and was evaluated: `eval.json` is there
-    and the resume state, deleted once `eval.json` is written, is not."""
-    return (run_dir / EVAL_FILE).is_file() and not (run_dir / names.RUN_BACKUP).exists()
 
 
 def _store_config(c):
