@@ -197,25 +197,49 @@ def test_dropout_is_active_only_in_training():
     assert not np.allclose(to_numpy(model(x, training=True)), to_numpy(model(x)), atol=1e-4)
 
 
-@pytest.mark.tensorflow_only
-def test_training_gelu_equals_inference_gelu_and_its_gradient():
-    # On TensorFlow the MLP computes exact GELU with erf in training and with Keras's gelu
-    # (erfc, fused into fc1) in inference: same values, same gradients.
+def _training_and_inference_gradients(layer, weights_of, dtype):
+    """{training: (output, gradients of a weighted sum to the input and to `weights_of(layer)`)}
+    as float32 NumPy arrays, for a (2, 5, 16) input of `dtype`."""
     import tensorflow as tf
 
-    layer = keras_vit.layers.MLP(48)
-    layer.build((None, None, 16))
-    x = tf.constant(np.random.default_rng(0).normal(scale=3.0, size=(2, 5, 16)).astype("float32"))
+    x = tf.constant(np.random.default_rng(0).normal(scale=3.0, size=(2, 5, 16)).astype("float32"), dtype)
     weights = tf.constant(np.random.default_rng(1).normal(size=(2, 5, 16)).astype("float32"))
     results = {}
     for training in (True, False):
         with tf.GradientTape() as tape:
             tape.watch(x)
             y = layer(x, training=training)
-            loss = tf.reduce_sum(y * weights)
-        results[training] = (y, *tape.gradient(loss, [x, layer.fc1.kernel, layer.fc1.bias]))
-    for trained, inferred in zip(results[True], results[False]):
-        np.testing.assert_allclose(trained.numpy(), inferred.numpy(), rtol=1e-5, atol=1e-5)
+            loss = tf.reduce_sum(tf.cast(y, "float32") * weights)
+        gradients = tape.gradient(loss, [x, *weights_of(layer)])
+        results[training] = [tf.cast(t, "float32").numpy() for t in (y, *gradients)]
+    return results
+
+
+@pytest.mark.tensorflow_only
+@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
+def test_tensorflow_training_kernels_equal_the_inference_ops_and_their_gradients(policy, monkeypatch):
+    # On TensorFlow, training computes the GELU and LayerNorm as XLA kernels with their own
+    # gradients (keras_vit.tf_kernels), inference with Keras's ops (the GELU with erfc, fused
+    # into fc1): same values and gradients, to float32 rounding or one bf16 step.
+    from keras_vit import tf_kernels
+
+    called = []
+    for name in ("gelu", "layer_norm"):
+        kernel = getattr(tf_kernels, name)
+        monkeypatch.setattr(tf_kernels, name, lambda *a, k=kernel, n=name: called.append(n) or k(*a))
+    mlp = keras_vit.layers.MLP(48, dtype=policy)
+    mlp.build((None, None, 16))
+    norm = keras_vit.layers.LayerNormalization(epsilon=1e-6, dtype=policy)
+    norm.build((None, None, 16))
+    rng = np.random.default_rng(2)
+    norm.set_weights([rng.normal(size=16).astype("float32"), rng.normal(size=16).astype("float32")])
+    dtype = "bfloat16" if policy == "mixed_bfloat16" else "float32"
+    tolerance = dict(rtol=1e-5, atol=1e-5) if dtype == "float32" else dict(rtol=2e-2, atol=5e-2)
+    for layer, weights_of in ((mlp, lambda m: [m.fc1.kernel, m.fc1.bias]), (norm, lambda n: [n.gamma, n.beta])):
+        results = _training_and_inference_gradients(layer, weights_of, dtype)
+        for trained, inferred in zip(results[True], results[False]):
+            np.testing.assert_allclose(trained, inferred, **tolerance)
+    assert called == ["gelu", "layer_norm"]
 
 
 @pytest.mark.parametrize(

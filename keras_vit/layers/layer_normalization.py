@@ -31,9 +31,14 @@ class LayerNormalization(keras.layers.LayerNormalization):
     its weights under the same key.
     """
 
-    def call(self, inputs):
+    def call(self, inputs, training=None):
         if self.rms_scaling or keras.backend.backend() != "tensorflow":
             return super().call(inputs)
+        if training and self.scale and self.center and self.axis in ([-1], [len(inputs.shape) - 1]):
+            from keras_vit import tf_kernels  # the forward and its gradients as one XLA kernel each
+
+            gamma, beta = (ops.cast(w, "float32") for w in (self.gamma, self.beta))
+            return ops.cast(tf_kernels.layer_norm(inputs, gamma, beta, self.epsilon), self.compute_dtype)
         y = centred_normalize(inputs, self.axis, self.epsilon)
         if self.scale:
             y = y * ops.cast(self.gamma, y.dtype)
