@@ -220,26 +220,33 @@ def _training_and_inference_gradients(layer, weights_of, dtype):
 def test_tensorflow_training_kernels_equal_the_inference_ops_and_their_gradients(policy, monkeypatch):
     # On TensorFlow, training computes the GELU and LayerNorm as XLA kernels with their own
     # gradients (keras_vit.tf_kernels), inference with Keras's ops (the GELU with erfc, fused
-    # into fc1): same values and gradients, to float32 rounding or one bf16 step.
+    # into fc1). Reference: the float32 layer's inference ops and their gradients; float32
+    # training matches them to float rounding, mixed_bfloat16 to bf16 rounding.
     from keras_vit import tf_kernels
 
     called = []
     for name in ("gelu", "layer_norm"):
         kernel = getattr(tf_kernels, name)
         monkeypatch.setattr(tf_kernels, name, lambda *a, k=kernel, n=name: called.append(n) or k(*a))
-    mlp = keras_vit.layers.MLP(48, dtype=policy)
-    mlp.build((None, None, 16))
-    norm = keras_vit.layers.LayerNormalization(epsilon=1e-6, dtype=policy)
-    norm.build((None, None, 16))
     rng = np.random.default_rng(2)
-    norm.set_weights([rng.normal(size=16).astype("float32"), rng.normal(size=16).astype("float32")])
+    layers = [
+        (keras_vit.layers.MLP, (48,), lambda m: [m.fc1.kernel, m.fc1.bias]),
+        (keras_vit.layers.LayerNormalization, (), lambda n: [n.gamma, n.beta]),
+    ]
     dtype = "bfloat16" if policy == "mixed_bfloat16" else "float32"
-    tolerance = dict(rtol=1e-5, atol=1e-5) if dtype == "float32" else dict(rtol=2e-2, atol=5e-2)
-    for layer, weights_of in ((mlp, lambda m: [m.fc1.kernel, m.fc1.bias]), (norm, lambda n: [n.gamma, n.beta])):
-        results = _training_and_inference_gradients(layer, weights_of, dtype)
-        for trained, inferred in zip(results[True], results[False]):
-            np.testing.assert_allclose(trained, inferred, **tolerance)
-    assert called == ["gelu", "layer_norm"]
+    tolerance = 1e-5 if dtype == "float32" else 2e-2  # of each array's largest magnitude
+    for cls, args, weights_of in layers:
+        layer, reference = cls(*args, dtype=policy), cls(*args, dtype="float32")
+        for each in (layer, reference):
+            each.build((None, None, 16))
+        weights = [rng.normal(scale=0.25, size=w.shape).astype("float32") for w in layer.get_weights()]
+        for each in (layer, reference):
+            each.set_weights(weights)
+        trained = _training_and_inference_gradients(layer, weights_of, dtype)[True]
+        expected = _training_and_inference_gradients(reference, weights_of, "float32")[False]
+        for got, want in zip(trained, expected):
+            np.testing.assert_allclose(got, want, rtol=0, atol=tolerance * np.abs(want).max())
+    assert called == ["gelu", "gelu", "layer_norm", "layer_norm"]  # the layers' and their twins' training
 
 
 @pytest.mark.parametrize(
