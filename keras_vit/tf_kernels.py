@@ -40,22 +40,21 @@ def gelu(x):
 
 
 def _normalized(x, epsilon):
+    """`((x - mean) * rstd, rstd)` over the last axis, in float32; rstd = 1 / sqrt(var + epsilon)."""
     x32 = tf.cast(x, tf.float32)
     centred = x32 - tf.reduce_mean(x32, axis=-1, keepdims=True)
-    return centred * tf.math.rsqrt(tf.reduce_mean(centred * centred, axis=-1, keepdims=True) + epsilon)
+    rstd = tf.math.rsqrt(tf.reduce_mean(centred * centred, axis=-1, keepdims=True) + epsilon)
+    return centred * rstd, rstd
 
 
 @tf.function(jit_compile=True, autograph=False)
 def _layer_norm_forward(x, gamma, beta, epsilon):
-    return tf.cast(_normalized(x, epsilon) * gamma + beta, x.dtype)
+    return tf.cast(_normalized(x, epsilon)[0] * gamma + beta, x.dtype)
 
 
 @tf.function(jit_compile=True, autograph=False)
 def _layer_norm_gradient(x, gamma, epsilon, dy):
-    x32 = tf.cast(x, tf.float32)
-    centred = x32 - tf.reduce_mean(x32, axis=-1, keepdims=True)
-    rstd = tf.math.rsqrt(tf.reduce_mean(centred * centred, axis=-1, keepdims=True) + epsilon)
-    normalized, dy = centred * rstd, tf.cast(dy, tf.float32)
+    (normalized, rstd), dy = _normalized(x, epsilon), tf.cast(dy, tf.float32)
     g = dy * gamma
     mean_g, mean_gn = (tf.reduce_mean(t, axis=-1, keepdims=True) for t in (g, g * normalized))
     dx = rstd * (g - mean_g - normalized * mean_gn)
