@@ -183,7 +183,11 @@ def test_int8_attention_matmuls_get_symmetric_operands_and_run_on_xnnpack(source
     assert rewrite(fixed) == fixed and rewrite(float32) == float32  # nothing (left) to change
     before, after = LiteRTModel(raw).predict(source.eval_images), LiteRTModel(fixed).predict(source.eval_images)
     assert np.mean(before.argmax(-1) == after.argmax(-1)) >= 0.98
-    assert np.abs(before - after).max() < 0.1
+    # Per image, the largest probability change (mean 0.0086 here on Zen 4). Two trainings of
+    # this model differing only in float rounding gave a 99th percentile of 0.052 and 0.058 but a
+    # largest of 0.070 and 0.137 (a near tie): the last image is not what the rewrite decides.
+    change = np.abs(before - after).max(-1)
+    assert change.mean() < 0.025 and np.quantile(change, 0.99) < 0.1 and change.max() < 0.25, change
 
 
 def test_the_op_check_catches_flex_ops_and_keras_layer_norm_float_compute():

@@ -38,7 +38,12 @@ def test_setup_cfg_lists_every_package():
 # imported lazily inside that reader, not a backend).
 # Lazy imports of a framework a module needs only where it is there: torch checkpoints, and
 # `ViT.predict_on_batch`'s jitted stateless path, taken on the JAX backend only.
-ALLOWED = {"keras_vit/checkpoints/files.py": ("import torch",), "keras_vit/jax_predict.py": ("import jax",)}
+# Backend-specific modules, imported only on their backend: a file-format reader and fast paths.
+ALLOWED = {
+    "keras_vit/checkpoints/files.py": ("import torch",),
+    "keras_vit/jax_predict.py": ("import jax",),
+    "keras_vit/tf_kernels.py": ("import tensorflow",),
+}
 
 
 def test_library_uses_keras_ops_only():
