@@ -14,23 +14,24 @@ import math
 
 import tensorflow as tf
 
-_SQRT_HALF = math.sqrt(0.5)
+from keras_vit.layers.layer_normalization import centred_normalize
+from keras_vit.layers.mlp import normal_cdf
+
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 
 @tf.function(jit_compile=True, autograph=False)
 def _gelu_forward(x):
     x32 = tf.cast(x, tf.float32)
-    return tf.cast(x32 * (0.5 + 0.5 * tf.math.erf(x32 * _SQRT_HALF)), x.dtype)
+    return tf.cast(x32 * normal_cdf(x32), x.dtype)
 
 
 @tf.function(jit_compile=True, autograph=False)
 def _gelu_gradient(x, dy):
     # d/dx x * Phi(x) = Phi(x) + x * phi(x)
     x32 = tf.cast(x, tf.float32)
-    cdf = 0.5 + 0.5 * tf.math.erf(x32 * _SQRT_HALF)
     pdf = tf.exp(-0.5 * x32 * x32) * _INV_SQRT_2PI
-    return tf.cast(tf.cast(dy, tf.float32) * (cdf + x32 * pdf), x.dtype)
+    return tf.cast(tf.cast(dy, tf.float32) * (normal_cdf(x32) + x32 * pdf), x.dtype)
 
 
 @tf.custom_gradient
@@ -39,22 +40,14 @@ def gelu(x):
     return _gelu_forward(x), lambda dy: _gelu_gradient(x, dy)
 
 
-def _normalized(x, epsilon):
-    """`((x - mean) * rstd, rstd)` over the last axis, in float32; rstd = 1 / sqrt(var + epsilon)."""
-    x32 = tf.cast(x, tf.float32)
-    centred = x32 - tf.reduce_mean(x32, axis=-1, keepdims=True)
-    rstd = tf.math.rsqrt(tf.reduce_mean(centred * centred, axis=-1, keepdims=True) + epsilon)
-    return centred * rstd, rstd
-
-
 @tf.function(jit_compile=True, autograph=False)
 def _layer_norm_forward(x, gamma, beta, epsilon):
-    return tf.cast(_normalized(x, epsilon)[0] * gamma + beta, x.dtype)
+    return tf.cast(centred_normalize(x, -1, epsilon) * gamma + beta, x.dtype)
 
 
 @tf.function(jit_compile=True, autograph=False)
 def _layer_norm_gradient(x, gamma, epsilon, dy):
-    (normalized, rstd), dy = _normalized(x, epsilon), tf.cast(dy, tf.float32)
+    (normalized, rstd), dy = centred_normalize(x, -1, epsilon, return_rstd=True), tf.cast(dy, tf.float32)
     g = dy * gamma
     mean_g, mean_gn = (tf.reduce_mean(t, axis=-1, keepdims=True) for t in (g, g * normalized))
     dx = rstd * (g - mean_g - normalized * mean_gn)

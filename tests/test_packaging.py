@@ -34,11 +34,9 @@ def test_setup_cfg_lists_every_package():
     assert found - listed == set() and "keras_vit.checkpoints" in found
 
 
-# The one exception: reading a torch .pth/.bin checkpoint needs torch.load (a file format,
-# imported lazily inside that reader, not a backend).
-# Lazy imports of a framework a module needs only where it is there: torch checkpoints, and
-# `ViT.predict_on_batch`'s jitted stateless path, taken on the JAX backend only.
-# Backend-specific modules, imported only on their backend: a file-format reader and fast paths.
+# Modules that import a framework lazily, only where it is there: the torch checkpoint reader
+# (torch.load reads a file format), JAX's stateless `predict_on_batch` and TensorFlow's training
+# kernels (each taken on its own backend only).
 ALLOWED = {
     "keras_vit/checkpoints/files.py": ("import torch",),
     "keras_vit/jax_predict.py": ("import jax",),

@@ -4,16 +4,17 @@ import keras
 from keras import ops
 
 
-def centred_normalize(x, axis, epsilon):
+def centred_normalize(x, axis, epsilon, return_rstd=False):
     """`(x - mean) * rsqrt(var + epsilon)` over `axis`, in float32 for half-precision `x`: the
-    form that maps onto quantisable TFLite builtins (keras_vit's Layer and GroupNormalization)."""
+    form that maps onto quantisable TFLite builtins (keras_vit's Layer and GroupNormalization).
+    With `return_rstd`, also the `rsqrt(var + epsilon)` (the LayerNorm gradient needs it)."""
     if keras.backend.standardize_dtype(x.dtype) in ("float16", "bfloat16"):
         x = ops.cast(x, "float32")
     centred = x - ops.mean(x, axis=axis, keepdims=True)
     # `centred * centred`, not `square`: the converter fuses sub + square into
     # SQUARED_DIFFERENCE, which LiteRT cannot run on int16 (int16x8 mode).
-    variance = ops.mean(centred * centred, axis=axis, keepdims=True)
-    return centred * ops.rsqrt(variance + epsilon)
+    rstd = ops.rsqrt(ops.mean(centred * centred, axis=axis, keepdims=True) + epsilon)
+    return (centred * rstd, rstd) if return_rstd else centred * rstd
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")

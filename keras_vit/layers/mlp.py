@@ -6,6 +6,11 @@ import keras
 from keras import ops
 
 
+def normal_cdf(x):
+    """Phi(x), the standard normal CDF, as `0.5 + 0.5 * erf(x / sqrt(2))`; the exact GELU is `x * Phi(x)`."""
+    return 0.5 + 0.5 * ops.erf(x * math.sqrt(0.5))
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
 class MLP(keras.layers.Layer):
     """Two Dense layers with GELU between, dropout after each (official init:
@@ -51,7 +56,7 @@ class MLP(keras.layers.Layer):
         # slower than erf's (Ti/16 fc1 output, 2 CPU cores; mixed_bfloat16 `fit` +15%), and
         # on an H100 under JAX the erfc fusion took 0.49 ms of a 2.3 ms ViT-B/16 block
         # (batch 256, bf16 inference). Numbers in docs/benchmarks.md.
-        return x * (0.5 + 0.5 * ops.erf(x * math.sqrt(0.5)))
+        return x * normal_cdf(x)
 
     def compute_output_shape(self, input_shape):
         return input_shape
