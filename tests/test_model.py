@@ -218,35 +218,71 @@ def _training_and_inference_gradients(layer, weights_of, dtype):
 @pytest.mark.tensorflow_only
 @pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
 def test_tensorflow_training_kernels_equal_the_inference_ops_and_their_gradients(policy, monkeypatch):
-    # On TensorFlow, training computes the GELU and LayerNorm as XLA kernels with their own
-    # gradients (keras_vit.tf_kernels), inference with Keras's ops (the GELU with erfc, fused
-    # into fc1). Reference: the float32 layer's inference ops and their gradients; float32
+    # On TensorFlow, training computes the projections with their bias gradients, fc1's bias add
+    # + GELU and the LayerNorm as XLA kernels with their own gradients (keras_vit.tf_kernels),
+    # and the bf16 attention softmax's gradient; inference uses Keras's ops (the GELU with erfc,
+    # fused into fc1). Reference: the float32 layer's inference ops and their gradients; float32
     # training matches them to float rounding, mixed_bfloat16 to bf16 rounding.
     from keras_vit import tf_kernels
 
     called = []
-    for name in ("gelu", "layer_norm"):
+    for name in ("dense", "layer_norm", "softmax"):
         kernel = getattr(tf_kernels, name)
-        monkeypatch.setattr(tf_kernels, name, lambda *a, k=kernel, n=name: called.append(n) or k(*a))
+        monkeypatch.setattr(tf_kernels, name, lambda *a, k=kernel, n=name, **kw: called.append(n) or k(*a, **kw))
     rng = np.random.default_rng(2)
     layers = [
-        (keras_vit.layers.MLP, (48,), lambda m: [m.fc1.kernel, m.fc1.bias]),
-        (keras_vit.layers.LayerNormalization, (), lambda n: [n.gamma, n.beta]),
+        (keras_vit.layers.MLP, (48,), lambda m: [m.fc1.kernel, m.fc1.bias], 0.25),
+        (keras_vit.layers.LayerNormalization, (), lambda n: [n.gamma, n.beta], 0.25),
+        # Smaller weights: at 0.25 the bf16 attention's own ops (inference) are 3.7% off float32.
+        (keras_vit.layers.MultiHeadSelfAttention, (2,), lambda a: [a.qkv.kernel, a.qkv.bias, a.out.bias], 0.1),
     ]
     dtype = "bfloat16" if policy == "mixed_bfloat16" else "float32"
     tolerance = 1e-5 if dtype == "float32" else 2e-2  # of each array's largest magnitude
-    for cls, args, weights_of in layers:
+    for cls, args, weights_of, scale in layers:
         layer, reference = cls(*args, dtype=policy), cls(*args, dtype="float32")
         for each in (layer, reference):
             each.build((None, None, 16))
-        weights = [rng.normal(scale=0.25, size=w.shape).astype("float32") for w in layer.get_weights()]
+        if cls is keras_vit.layers.MultiHeadSelfAttention:  # on every CPU, not only where it is exact
+            layer._bf16_softmax_without_casts = dtype == "bfloat16"
+        weights = [rng.normal(scale=scale, size=w.shape).astype("float32") for w in layer.get_weights()]
         for each in (layer, reference):
             each.set_weights(weights)
         trained = _training_and_inference_gradients(layer, weights_of, dtype)[True]
         expected = _training_and_inference_gradients(reference, weights_of, "float32")[False]
         for got, want in zip(trained, expected):
             np.testing.assert_allclose(got, want, rtol=0, atol=tolerance * np.abs(want).max())
-    assert called == ["gelu", "gelu", "layer_norm", "layer_norm"]  # the layers' and their twins' training
+    # The layers' and their twins' training: MLP and attention two projections each; float32
+    # attention keeps Keras's softmax.
+    softmax = ["softmax"] if dtype == "bfloat16" else []
+    assert called == [*["dense"] * 4, "layer_norm", "layer_norm", "dense", *softmax, "dense", "dense", "dense"]
+
+
+@pytest.mark.tensorflow_only
+def test_tensorflow_bf16_training_sums_bias_gradients_in_float32():
+    # TensorFlow's CPU BiasAddGrad, which Keras's Dense gets, sums bfloat16 in bfloat16: over
+    # thousands of rows its sums stall (errors of 70% of the largest here). keras_vit's
+    # training projections sum them with float32 accumulation.
+    import tensorflow as tf
+
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(40, 200, 16)).astype("float32")  # 8000 rows
+    loss_weights = tf.constant(rng.uniform(0.5, 1.5, size=x.shape).astype("float32"))
+    layers = [
+        (keras_vit.layers.MLP, (48,), lambda m: [m.fc1.bias, m.fc2.bias]),
+        (keras_vit.layers.MultiHeadSelfAttention, (2,), lambda a: [a.qkv.bias, a.out.bias]),
+    ]
+    for cls, args, biases_of in layers:
+        gradients = {}
+        for policy, training in (("mixed_bfloat16", True), ("float32", False)):
+            layer = cls(*args, dtype=policy)
+            layer.build((None, None, 16))
+            layer.set_weights([np.random.default_rng(4).normal(scale=0.25, size=w.shape) for w in layer.get_weights()])
+            with tf.GradientTape() as tape:
+                y = layer(tf.constant(x, layer.compute_dtype), training=training)
+                loss = tf.reduce_sum(tf.cast(y, "float32") * loss_weights)
+            gradients[policy] = [g.numpy() for g in tape.gradient(loss, biases_of(layer))]
+        for got, want in zip(gradients["mixed_bfloat16"], gradients["float32"]):
+            np.testing.assert_allclose(got, want, rtol=0, atol=2e-2 * np.abs(want).max())
 
 
 @pytest.mark.parametrize(

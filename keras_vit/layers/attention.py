@@ -59,7 +59,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         shape, width = ops.shape(x), x.shape[-1]
         # Rank-2 projections: TensorFlow's graph optimizer fuses MatMul + bias (oneDNN) only
         # for rank-2 matmuls; a rank-3 Dense runs as Tensordot + a separate broadcast add.
-        qkv = ops.reshape(self.qkv(ops.reshape(x, (-1, width))), (-1, shape[1], 3, self.num_heads, self.head_dim))
+        qkv = self._project(self.qkv, ops.reshape(x, (-1, width)), training)
+        qkv = ops.reshape(qkv, (-1, shape[1], 3, self.num_heads, self.head_dim))
         explicit = return_attention_scores or (training and self.dropout_rate > 0)
         if explicit or keras.backend.backend() == "tensorflow":
             # TensorFlow: Keras's dot_product_attention is two einsums token-first, with the
@@ -69,21 +70,35 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         else:
             q, k, v = ops.unstack(qkv, axis=2)  # (batch, tokens, heads, head_dim) each
             context, probs = _fused_attention(q, k, v, training), None
-        out = ops.reshape(self.out(ops.reshape(context, (-1, width))), shape)
+        out = ops.reshape(self._project(self.out, ops.reshape(context, (-1, width)), training), shape)
         return (out, probs) if return_attention_scores else out
+
+    @staticmethod
+    def _project(dense, x, training):
+        if training and keras.backend.backend() == "tensorflow":
+            from keras_vit import tf_kernels  # the bias gradient summed in float32
+
+            return tf_kernels.dense(dense, x)
+        return dense(x)
 
     def _explicit_attention(self, qkv, training, return_probs):
         """(context (batch, tokens, heads, head_dim), probabilities) from the fused qkv; the
-        probabilities are float32 in training and when `return_probs`."""
+        probabilities are float32 when `return_probs`."""
         q, k, v = ops.unstack(ops.transpose(qkv, (2, 0, 3, 1, 4)), axis=0)  # (batch, heads, tokens, head_dim)
         logits = ops.einsum("bhqd,bhkd->bhqk", q * ops.cast(self.head_dim**-0.5, q.dtype), k)
-        # Softmax in float32 for fp16/bf16 safety, except in bfloat16 inference on TensorFlow
-        # when the probabilities stay inside and TensorFlow's bf16 softmax kernel equals the
-        # float32 one rounded to bf16 (bit for bit on AVX-512 CPUs; checked once per process),
-        # which is what the product with v reads: there the two casts only cost time (S/16 +3%,
-        # B/16 +2%, docs/benchmarks.md).
-        bf16_inference = not (training or return_probs) and self._bf16_softmax_without_casts
-        probs = ops.softmax(logits if bf16_inference else ops.cast(logits, "float32"), axis=-1)
+        # Softmax in float32 for fp16/bf16 safety, except in bfloat16 on TensorFlow when the
+        # probabilities stay inside and TensorFlow's bf16 softmax kernel equals the float32 one
+        # rounded to bf16 (bit for bit on AVX-512 CPUs; checked once per process), which is what
+        # the product with v reads: there the two casts only cost time (inference: S/16 +3%,
+        # B/16 +2%; training also computes the gradient in float32, docs/benchmarks.md).
+        if return_probs or not self._bf16_softmax_without_casts:
+            probs = ops.softmax(ops.cast(logits, "float32"), axis=-1)
+        elif training:  # its gradient in float32 as one XLA kernel, without casts around it
+            from keras_vit import tf_kernels
+
+            probs = tf_kernels.softmax(logits)
+        else:
+            probs = ops.softmax(logits, axis=-1)
         # A batched matmul, then the swap to token-first: TensorFlow's graph optimizer turns the
         # einsum above into a batch matmul but left this one (token-first output) an einsum,
         # whose gradients ran ~35% slower than batch matmuls on CPU. `fit`: +0-5% (Ti/16 and

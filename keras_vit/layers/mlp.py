@@ -39,18 +39,23 @@ class MLP(keras.layers.Layer):
         # Rank 2: TensorFlow's graph optimizer then fuses MatMul + bias + GELU into one oneDNN
         # kernel (fc1 of ViT-S/16 at batch 32: 49 ms instead of 66 ms on 2 CPU cores).
         x = ops.reshape(x, (-1, shape[-1]))
-        x = self.dropout(self._gelu(self.fc1(x), training), training=training)
-        return ops.reshape(self.dropout(self.fc2(x), training=training), shape)
-
-    def _gelu(self, x, training):
-        tensorflow = keras.backend.backend() == "tensorflow"
-        if self.gelu_approximate or (tensorflow and not training):
-            # TensorFlow inference keeps `gelu`, which its graph optimizer fuses into fc1.
-            return keras.activations.gelu(x, approximate=self.gelu_approximate)
-        if tensorflow:  # training: the forward and its gradient as one XLA kernel each
+        if training and keras.backend.backend() == "tensorflow":
+            # fc1's bias add and exact GELU as one XLA kernel, forward and gradient; the bias
+            # gradients summed in float32 (keras_vit.tf_kernels)
             from keras_vit import tf_kernels
 
-            return tf_kernels.gelu(x)
+            x = tf_kernels.dense(self.fc1, x, gelu=not self.gelu_approximate)
+            if self.gelu_approximate:
+                x = keras.activations.gelu(x, approximate=True)
+            x = tf_kernels.dense(self.fc2, self.dropout(x, training=training))
+            return ops.reshape(self.dropout(x, training=training), shape)
+        x = self.dropout(self._gelu(self.fc1(x)), training=training)
+        return ops.reshape(self.dropout(self.fc2(x), training=training), shape)
+
+    def _gelu(self, x):
+        if self.gelu_approximate or keras.backend.backend() == "tensorflow":
+            # TensorFlow (inference) keeps `gelu`, which its graph optimizer fuses into fc1.
+            return keras.activations.gelu(x, approximate=self.gelu_approximate)
         # The same exact GELU written with erf. TF's and JAX's exact `gelu` use erfc, which
         # costs a second polynomial branch and an exp: TF's bfloat16 erfc kernel ran ~6x
         # slower than erf's (Ti/16 fc1 output, 2 CPU cores; mixed_bfloat16 `fit` +15%), and
