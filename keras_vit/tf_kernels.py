@@ -22,18 +22,26 @@ from keras_vit.layers.mlp import normal_cdf
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 
 
-def dense(layer, x, gelu=False):
-    """`layer(x)` of a `keras.layers.Dense` with a bias, then the exact GELU if `gelu`, for
-    training: the bias gradient is summed with float32 accumulation. TensorFlow's CPU
-    `BiasAddGrad`, which Keras's bias add gets, accumulates bfloat16 in bfloat16 (errors of 47
-    on sums of about 65 over the 6304 rows of a ViT-Ti/16 batch, docs/training.md). With `gelu`
-    the bias add and the GELU are one XLA kernel, forward and gradient. A Dense with LoRA, a
-    quantized kernel or an activation runs its own call."""
-    if layer.lora_enabled or layer.quantization_mode or layer.bias is None or layer.activation is not linear:
+def project(layer, x, gelu=False):
+    """`layer(x)` of a `keras.layers.Dense` or channels-last convolution with a bias, then the
+    exact GELU if `gelu`, for training: the bias gradient is summed with float32 accumulation.
+    TensorFlow's CPU `BiasAddGrad`, which Keras's bias add gets (fused into the convolution's
+    filter gradient there), sums bfloat16 in bfloat16: errors of 47 on sums of about 65 over the
+    6304 rows of a ViT-Ti/16 batch (docs/models.md). With `gelu` the bias add and the GELU are
+    one XLA kernel, forward and gradient. A layer with LoRA, a quantized kernel or an
+    activation runs its own call."""
+    plain = getattr(layer, "data_format", "channels_last") == "channels_last" and layer.activation is linear
+    if getattr(layer, "lora_enabled", False) or getattr(layer, "quantization_mode", None) or not plain:
         y = layer(x)
         return keras.activations.gelu(y, approximate=False) if gelu else y
-    y = tf.matmul(x, layer.kernel)  # the caller's autocast scope gives the kernel in x's dtype
-    return (_bias_gelu if gelu else _bias_add)(y, tf.convert_to_tensor(layer.bias))  # a tensor, so no variables inside
+    # the caller's autocast scope gives the kernel in x's dtype
+    if isinstance(layer, keras.layers.Dense):
+        y = keras.ops.matmul(x, layer.kernel)
+    else:
+        y = layer.convolution_op(x, layer.kernel)
+    if layer.bias is None:
+        return keras.activations.gelu(y, approximate=False) if gelu else y
+    return (_bias_gelu if gelu else _bias_add)(y, tf.convert_to_tensor(layer.bias))  # a tensor: no variables inside
 
 
 @tf.custom_gradient

@@ -226,7 +226,7 @@ def test_tensorflow_training_kernels_equal_the_inference_ops_and_their_gradients
     from keras_vit import tf_kernels
 
     called = []
-    for name in ("dense", "layer_norm", "softmax"):
+    for name in ("project", "layer_norm", "softmax"):
         kernel = getattr(tf_kernels, name)
         monkeypatch.setattr(tf_kernels, name, lambda *a, k=kernel, n=name, **kw: called.append(n) or k(*a, **kw))
     rng = np.random.default_rng(2)
@@ -254,35 +254,36 @@ def test_tensorflow_training_kernels_equal_the_inference_ops_and_their_gradients
     # The layers' and their twins' training: MLP and attention two projections each; float32
     # attention keeps Keras's softmax.
     softmax = ["softmax"] if dtype == "bfloat16" else []
-    assert called == [*["dense"] * 4, "layer_norm", "layer_norm", "dense", *softmax, "dense", "dense", "dense"]
+    projections = ["project"] * 2
+    assert called == [*projections * 2, "layer_norm", "layer_norm", "project", *softmax, "project", *projections]
 
 
 @pytest.mark.tensorflow_only
 def test_tensorflow_bf16_training_sums_bias_gradients_in_float32():
-    # TensorFlow's CPU BiasAddGrad, which Keras's Dense gets, sums bfloat16 in bfloat16: over
-    # thousands of rows its sums stall (errors of 70% of the largest here). keras_vit's
-    # training projections sum them with float32 accumulation.
+    # TensorFlow's CPU BiasAddGrad, which Keras's Dense and Conv2D get, sums bfloat16 in
+    # bfloat16: over thousands of rows its sums stall (errors of 70-90% of the largest here).
+    # keras_vit's training projections sum them with float32 accumulation.
     import tensorflow as tf
 
-    rng = np.random.default_rng(3)
-    x = rng.normal(size=(40, 200, 16)).astype("float32")  # 8000 rows
-    loss_weights = tf.constant(rng.uniform(0.5, 1.5, size=x.shape).astype("float32"))
-    layers = [
-        (keras_vit.layers.MLP, (48,), lambda m: [m.fc1.bias, m.fc2.bias]),
-        (keras_vit.layers.MultiHeadSelfAttention, (2,), lambda a: [a.qkv.bias, a.out.bias]),
+    layers = [  # 8000-8192 rows each
+        (keras_vit.layers.MLP, (48,), (40, 200, 16), lambda m: [m.fc1.bias, m.fc2.bias]),
+        (keras_vit.layers.MultiHeadSelfAttention, (2,), (40, 200, 16), lambda a: [a.qkv.bias, a.out.bias]),
+        (keras_vit.layers.PatchEmbedding, (16, 4), (32, 64, 64, 3), lambda p: [p.projection.bias]),
     ]
-    for cls, args, biases_of in layers:
+    for cls, args, shape, biases_of in layers:
+        x = np.random.default_rng(3).normal(size=shape).astype("float32")
         gradients = {}
         for policy, training in (("mixed_bfloat16", True), ("float32", False)):
             layer = cls(*args, dtype=policy)
-            layer.build((None, None, 16))
+            layer.build((None, *shape[1:]))
             layer.set_weights([np.random.default_rng(4).normal(scale=0.25, size=w.shape) for w in layer.get_weights()])
             with tf.GradientTape() as tape:
                 y = layer(tf.constant(x, layer.compute_dtype), training=training)
-                loss = tf.reduce_sum(tf.cast(y, "float32") * loss_weights)
+                weights = np.random.default_rng(5).uniform(0.5, 1.5, size=y.shape).astype("float32")
+                loss = tf.reduce_sum(tf.cast(y, "float32") * weights)
             gradients[policy] = [g.numpy() for g in tape.gradient(loss, biases_of(layer))]
         for got, want in zip(gradients["mixed_bfloat16"], gradients["float32"]):
-            np.testing.assert_allclose(got, want, rtol=0, atol=2e-2 * np.abs(want).max())
+            np.testing.assert_allclose(got, want, rtol=0, atol=2e-2 * np.abs(want).max(), err_msg=cls.__name__)
 
 
 @pytest.mark.parametrize(

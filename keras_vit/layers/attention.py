@@ -78,7 +78,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         if training and keras.backend.backend() == "tensorflow":
             from keras_vit import tf_kernels  # the bias gradient summed in float32
 
-            return tf_kernels.dense(dense, x)
+            return tf_kernels.project(dense, x)
         return dense(x)
 
     def _explicit_attention(self, qkv, training, return_probs):

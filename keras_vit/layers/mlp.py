@@ -44,10 +44,10 @@ class MLP(keras.layers.Layer):
             # gradients summed in float32 (keras_vit.tf_kernels)
             from keras_vit import tf_kernels
 
-            x = tf_kernels.dense(self.fc1, x, gelu=not self.gelu_approximate)
+            x = tf_kernels.project(self.fc1, x, gelu=not self.gelu_approximate)
             if self.gelu_approximate:
                 x = keras.activations.gelu(x, approximate=True)
-            x = tf_kernels.dense(self.fc2, self.dropout(x, training=training))
+            x = tf_kernels.project(self.fc2, self.dropout(x, training=training))
             return ops.reshape(self.dropout(x, training=training), shape)
         x = self.dropout(self._gelu(self.fc1(x)), training=training)
         return ops.reshape(self.dropout(self.fc2(x), training=training), shape)
