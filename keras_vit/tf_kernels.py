@@ -1,5 +1,6 @@
-"""TensorFlow training kernels: the Dense projections' bias gradients, the exact GELU and
-LayerNorm (forward and gradient each one XLA kernel) and the bfloat16 attention softmax's gradient.
+"""TensorFlow training kernels: the projections' bias gradients (Dense and the patch embedding's
+convolution), fc1's bias add + exact GELU and the LayerNorm (forward and gradient each one XLA
+kernel), and the bfloat16 attention softmax's gradient (one XLA kernel).
 
 In TensorFlow's graph mode (how `fit` trains on a CPU, see docs/training.md) these run one Eigen
 kernel per op otherwise: about ten passes over fc1's output for the GELU and its gradient, and
