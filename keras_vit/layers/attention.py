@@ -6,6 +6,8 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_vit.layers.projection import project
+
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class MultiHeadSelfAttention(keras.layers.Layer):
@@ -59,7 +61,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         shape, width = ops.shape(x), x.shape[-1]
         # Rank-2 projections: TensorFlow's graph optimizer fuses MatMul + bias (oneDNN) only
         # for rank-2 matmuls; a rank-3 Dense runs as Tensordot + a separate broadcast add.
-        qkv = self._project(self.qkv, ops.reshape(x, (-1, width)), training)
+        qkv = project(self.qkv, ops.reshape(x, (-1, width)), training)
         qkv = ops.reshape(qkv, (-1, shape[1], 3, self.num_heads, self.head_dim))
         explicit = return_attention_scores or (training and self.dropout_rate > 0)
         if explicit or keras.backend.backend() == "tensorflow":
@@ -70,16 +72,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         else:
             q, k, v = ops.unstack(qkv, axis=2)  # (batch, tokens, heads, head_dim) each
             context, probs = _fused_attention(q, k, v, training), None
-        out = ops.reshape(self._project(self.out, ops.reshape(context, (-1, width)), training), shape)
+        out = ops.reshape(project(self.out, ops.reshape(context, (-1, width)), training), shape)
         return (out, probs) if return_attention_scores else out
-
-    @staticmethod
-    def _project(dense, x, training):
-        if training and keras.backend.backend() == "tensorflow":
-            from keras_vit import tf_kernels  # the bias gradient summed in float32
-
-            return tf_kernels.project(dense, x)
-        return dense(x)
 
     def _explicit_attention(self, qkv, training, return_probs):
         """(context (batch, tokens, heads, head_dim), probabilities) from the fused qkv; the

@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from keras_vit.layers.projection import project
+
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class PatchEmbedding(keras.layers.Layer):
@@ -33,12 +35,7 @@ class PatchEmbedding(keras.layers.Layer):
         _check_divisible(images.shape, self.patch_size)
         if not training and keras.backend.backend() == "jax" and None not in images.shape[1:]:
             return self._project_patches(images)
-        if training and keras.backend.backend() == "tensorflow":
-            from keras_vit import tf_kernels  # the bias gradient summed in float32
-
-            x = tf_kernels.project(self.projection, images)
-        else:
-            x = self.projection(images)
+        x = project(self.projection, images, training)
         return ops.reshape(x, (ops.shape(x)[0], -1, self.hidden_size))
 
     def _project_patches(self, images):
