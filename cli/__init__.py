@@ -27,6 +27,7 @@ from keras_vit_cli import (
     visualize_command,
 )
 from keras_vit_cli.names import names
+from keras_vit_cli.signals import exit_status, interrupted
 
 COMMANDS = (
     presets_command,
@@ -196,9 +197,9 @@ def main(argv=None):
     except (CommandError, ValueError, OSError, RuntimeError) as error:
         print(f"keras-vit {args.command}: error: {error}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"keras-vit {args.command}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as stop:
+        print(f"keras-vit {args.command}: {interrupted(stop)}", file=sys.stderr)
+        return exit_status(stop)
 
 
 def _stdout_closed():

@@ -9,6 +9,7 @@ import sys
 
 from keras_vit_cli import images as image_io
 from keras_vit_cli.names import names
+from keras_vit_cli.signals import exit_status, interrupted
 
 # flag -> (TrainConfig field, argparse options); defaults stay None so a YAML file can set them.
 _FLAGS = {
@@ -225,11 +226,11 @@ def run_train(args):
     _show_run_log()
     try:
         result = fit(config, overwrite=args.overwrite)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         done = saved_epochs(config)
         where = f"goes on after epoch {done}" if done else "starts it again (no epoch was saved yet)"
-        print(f"keras-vit train: interrupted; the same command {where}", file=sys.stderr)
-        return 130
+        print(f"keras-vit train: {interrupted(stop)}; the same command {where}", file=sys.stderr)
+        return exit_status(stop)
     if result is not None:  # other processes than 0 report nothing
         print(json.dumps(result))
 

@@ -518,16 +518,18 @@ def test_finished_run_is_not_trained_again_unless_overwritten(tmp_path, capsys):
 
 def test_a_run_stopped_while_evaluating_evaluates_again_without_training_again(tmp_path, capsys, monkeypatch):
     from keras_vit.training import run
+    from keras_vit.training.callbacks import Interrupted
 
     run_dir = tmp_path / "run"
     args = ["train", "--epochs", "2", "--run-dir", str(run_dir), "--checkpoint-interval", "3600"]
 
     def interrupted(*args, **kwargs):
-        raise KeyboardInterrupt  # Ctrl-C once both epochs are trained, while best.keras is evaluated
+        # `kill` (SIGTERM) once both epochs are trained, while best.keras is evaluated
+        raise Interrupted(signal.SIGTERM)
 
     monkeypatch.setattr(run, "evaluate", interrupted)
-    assert main(args) == 130
-    assert "keras-vit train: interrupted; the same command goes on after epoch 2" in capsys.readouterr().err
+    assert main(args) == 128 + signal.SIGTERM
+    assert "keras-vit train: stopped by SIGTERM; the same command goes on after epoch 2" in capsys.readouterr().err
     monkeypatch.undo()
     log = (run_dir / "log.csv").read_text()
     assert log.count("\n") == 3 and not (run_dir / "eval.json").exists()
@@ -858,30 +860,33 @@ def test_a_kill_while_saving_the_resume_state_leaves_the_previous_one_whole(tmp_
         restore.on_train_begin()
 
 
-def test_ctrl_c_is_noted_and_raised_between_steps():
-    from keras_vit.training.callbacks import StopOnInterrupt
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_and_sigterm_are_noted_and_raised_between_steps(signum):
+    from keras_vit.training.callbacks import Interrupted, StopOnInterrupt
 
-    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        pytest.skip("SIGINT is handled by someone else in this process")
-    with pytest.raises(KeyboardInterrupt):
+    default = StopOnInterrupt._DEFAULTS[signum]
+    if signal.getsignal(signum) is not default:
+        pytest.skip(f"{signum.name} is handled by someone else in this process")
+    with pytest.raises(Interrupted) as stopped:
         with StopOnInterrupt() as interrupt:
-            os.kill(os.getpid(), signal.SIGINT)  # noted: nothing raised inside a step
+            os.kill(os.getpid(), signum)  # noted: nothing raised inside a step
             time.sleep(0.1)
             interrupt.on_train_batch_begin(0)  # not a step's end
-            with pytest.raises(KeyboardInterrupt):
+            with pytest.raises(Interrupted):
                 interrupt.on_train_batch_end(0)
             interrupt.on_train_batch_end(1)  # raised once
-            os.kill(os.getpid(), signal.SIGINT)  # noted after the last step: raised on leaving
+            os.kill(os.getpid(), signum)  # noted after the last step: raised on leaving
             time.sleep(0.1)
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    with pytest.raises(KeyboardInterrupt):  # a second Ctrl-C raises at once
+    assert stopped.value.signum == signum and isinstance(stopped.value, KeyboardInterrupt)
+    assert signal.getsignal(signum) is default
+    with pytest.raises(Interrupted):  # a second signal raises at once
         with StopOnInterrupt():
-            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signum)
             time.sleep(0.1)
-            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signum)
             time.sleep(0.1)
-            raise AssertionError("the second Ctrl-C did not raise")
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+            raise AssertionError("the second signal did not raise")
+    assert signal.getsignal(signum) is default
 
 
 def test_resumed_run_keeps_the_best_epoch_of_before_the_interruption(tmp_path):

@@ -84,9 +84,11 @@ def _python(code, devices):
     return result
 
 
-def test_ctrl_c_stops_training_between_steps(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_and_sigterm_stop_training_between_steps(tmp_path, signum):
     """Under JAX, Python's own SIGINT handler raised while Keras converted a step's logs to
-    NumPy, where the exception was swallowed (jax-ml/jax#18246): training went on to its end."""
+    NumPy, where the exception was swallowed (jax-ml/jax#18246): training went on to its end.
+    SIGTERM (`kill`, a scheduler's preemption) killed the run without a word."""
     if keras.backend.backend() == "torch":
         pytest.skip("PyTorch trains the digits model step by step, eagerly: minutes for these epochs")
     env = {**os.environ, "KERAS_BACKEND": keras.backend.backend(), "TF_CPP_MIN_LOG_LEVEL": "3"}
@@ -108,13 +110,14 @@ def test_ctrl_c_stops_training_between_steps(tmp_path):
             if line.startswith("Epoch 3/"):
                 break
         time.sleep(0.4)  # into the epoch's steps, where the main thread waits for each step's logs
-        process.send_signal(signal.SIGINT)
+        process.send_signal(signum)
         sent = time.monotonic()
         output, _ = process.communicate(timeout=120)
     finally:
         process.kill()  # a run that went on
     lines += output.splitlines(keepends=True)
-    assert process.returncode == 130, "".join(lines)[-3000:]
+    assert process.returncode == 128 + signum, "".join(lines)[-3000:]
     assert time.monotonic() - sent < 60  # not the 197 epochs left (about 1 s each)
-    assert re.search(r"keras-vit train: interrupted; the same command goes on after epoch [12]\n", "".join(lines))
+    how = "interrupted" if signum == signal.SIGINT else "stopped by SIGTERM"
+    assert re.search(rf"keras-vit train: {how}; the same command goes on after epoch [12]\n", "".join(lines))
     assert sum(line.startswith("Epoch ") for line in lines) < 20

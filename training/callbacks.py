@@ -167,41 +167,53 @@ class StopOnNaN(keras.callbacks.Callback):
             self.model.stop_training = True
 
 
+class Interrupted(KeyboardInterrupt):
+    """The KeyboardInterrupt `StopOnInterrupt` raises; `signum` names the signal (SIGINT, SIGTERM)."""
+
+    def __init__(self, signum=signal.SIGINT):
+        self.signum = signal.Signals(signum)
+        super().__init__(self.signum.name)
+
+
 class StopOnInterrupt(keras.callbacks.Callback):
-    """Ctrl-C (SIGINT) stops `fit` or `evaluate` with KeyboardInterrupt at the next step's end.
-    Raised from Python's own handler, the interrupt could be lost: the main thread waits for
-    each step where Keras converts the logs to NumPy, and converting a JAX array there swallows
-    an exception raised in the middle (jax-ml/jax#18246), so training went on. This handler
-    only notes the signal, which the callback raises between steps; a second Ctrl-C raises at
-    once. A context manager around the call; it changes nothing outside the main thread or
-    where someone else's SIGINT handler is installed."""
+    """Ctrl-C (SIGINT) or SIGTERM (`kill`, `docker stop`, a scheduler's preemption) stops `fit`
+    or `evaluate` with `Interrupted` at the next step's end. Raised from Python's own handler,
+    the interrupt could be lost: the main thread waits for each step where Keras converts the
+    logs to NumPy, and converting a JAX array there swallows an exception raised in the middle
+    (jax-ml/jax#18246), so training went on. This handler only notes the signal, which the
+    callback raises between steps; a second signal raises at once. A context manager around the
+    call; it changes nothing outside the main thread, and leaves a signal alone where someone
+    else's handler is installed (SIGINT: other than Python's own; SIGTERM: any)."""
+
+    _DEFAULTS = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
 
     def __init__(self):
         super().__init__()
-        self._pending = False
-        self._previous = None
+        self._pending = None
+        self._previous = {}
 
     def __enter__(self):
-        main = threading.current_thread() is threading.main_thread()
-        if main and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-            self._previous = signal.signal(signal.SIGINT, self._note)
+        if threading.current_thread() is threading.main_thread():
+            for signum, default in self._DEFAULTS.items():
+                if signal.getsignal(signum) is default:
+                    self._previous[signum] = signal.signal(signum, self._note)
         return self
 
     def __exit__(self, kind, value, traceback):
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-            self._previous = None
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        self._previous = {}
         if kind is None:
             self._raise_pending()  # noted after the last step
 
     def _note(self, signum, frame):
-        if self._pending:
-            raise KeyboardInterrupt
-        self._pending = True
+        if self._pending is not None:
+            raise Interrupted(signum)
+        self._pending = signum
 
     def _raise_pending(self, *args, **kwargs):
-        if self._pending:
-            self._pending = False
-            raise KeyboardInterrupt
+        if self._pending is not None:
+            signum, self._pending = self._pending, None
+            raise Interrupted(signum)
 
     on_train_batch_end = on_test_batch_end = on_epoch_end = _raise_pending
