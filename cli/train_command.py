@@ -159,11 +159,12 @@ def add_parser(subparsers):
     evaluate = subparsers.add_parser(
         "evaluate",
         help="evaluate a model on held-out data",
-        description="Evaluate a run directory's best.keras on the run's evaluation "
-        "split (never used in training) and write RUN_DIR/eval.json; or a .keras file, "
-        "checkpoint or exported model on the evaluation split of --dataset: a SavedModel "
-        "through its bytes signature (as TF Serving answers), a .tflite file on LiteRT with each "
-        "image resized whole (as MediaPipe feeds it). Prints the result as JSON.",
+        description="Evaluate a run directory's best.keras on the run's evaluation split (never used in "
+        "training) and write RUN_DIR/eval.json; or a .keras file, checkpoint or exported model on the "
+        "evaluation split of --dataset (as the run split it when MODEL is a run or a checkpoint in one that "
+        "trained on that data, else as train does by default): a SavedModel through its bytes signature (as TF "
+        "Serving answers), a .tflite file on LiteRT with each image resized whole (as MediaPipe feeds it). "
+        "Prints the result as JSON.",
     )
     evaluate.add_argument("model", help="run directory, .keras file, checkpoint, SavedModel or .tflite file")
     evaluate.add_argument("--dataset", help="'digits', 'tfds:NAME' or an image folder (default: the run's own)")
@@ -268,11 +269,19 @@ def _show_run_log():
 def run_evaluate(args):
     from keras_vit.export.exported import is_exported
     from keras_vit.training import evaluate
+    from keras_vit.training.run import training_run
 
     if is_exported(args.model):
         result = _evaluate_exported(args)
     else:
         result = evaluate(args.model, dataset=args.dataset, split=args.split)
+    if args.dataset and not args.split and not args.dataset.startswith("tfds:") and training_run(args.model) is None:
+        print(
+            f"keras-vit evaluate: note: {args.model} names no run to take the split from: this is the held-out "
+            f"share of {args.dataset} as train makes it by default (--seed 0, --validation-fraction 0.2); a model "
+            f"trained with other values saw some of these images (--split {names.WHOLE_SPLIT} for data it never saw)",
+            file=sys.stderr,
+        )
     print(json.dumps(result))
 
 
@@ -290,7 +299,7 @@ def _evaluate_exported(args, chunk=256):
     if not args.dataset:
         raise ValueError(f"{args.model} is an exported model: say which data to evaluate on (--dataset).")
     model = load_exported(args.model)
-    examples, count, data_names = held_out_images(args.dataset, model.labels, args.split)
+    examples, count, data_names = held_out_images(args.dataset, model.labels, args.split, args.model)
     progress = progress_bar(count, unit_name="image")
     seen = top1 = top5 = loss = 0
     while batch := list(itertools.islice(examples, chunk)):

@@ -301,8 +301,10 @@ def test_evaluate_the_exported_files_on_a_dataset(exported):
         (home / "tflite" / "vit_int8-mixed.tflite", "vit_int8-mixed.tflite"),
         (home / "tflite" / "vit_int8.tflite", "vit_int8.tflite"),
     ):
-        result = json.loads(run(KERAS_VIT, "evaluate", model, "--dataset", "digits").stdout.splitlines()[-1])
+        evaluated = run(KERAS_VIT, "evaluate", model, "--dataset", "digits")
+        result = json.loads(evaluated.stdout.splitlines()[-1])
         assert result["num_examples"] == 359 and result["checkpoint"] == str(model), result
+        assert "names no run to take the split from" in evaluated.stderr  # the default split, said so
         assert abs(result["top1"] - rows[row]["top1"]) <= 1.5 / 359, (row, result, rows[row])
         assert result["top1"] <= result["top5"] <= 1.0 and 0.0 < result["loss"] < 1.0, result
     refused = run(KERAS_VIT, "evaluate", home / "serving", expect=2)

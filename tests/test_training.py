@@ -293,6 +293,34 @@ def test_a_run_whose_folder_moved_says_so_and_takes_its_new_place(tmp_path):
     assert again["num_examples"] == trained["num_examples"] and again["top1"] == pytest.approx(trained["top1"])
 
 
+def test_a_checkpoint_evaluated_on_its_runs_data_keeps_the_runs_split(tmp_path):
+    """A run trained with another seed and held-out share than `train`'s defaults: its data given
+    again (`--dataset digits`) is split as the run split it, not with seed 0, whose held-out
+    share is mostly the run's training images."""
+    from keras_vit import saving
+    from keras_vit.training import evaluate, export_samples, held_out_images
+
+    run_dir = tmp_path / "run"
+    config = TrainConfig(run_dir=str(run_dir), model=SMALL_MODEL, epochs=1, seed=3, validation_fraction=0.25)
+    own = fit(config, verbose=0)
+    assert own["num_examples"] == 450  # 25% of each digit's examples
+    for source in (run_dir, run_dir / "best.keras"):
+        again = evaluate(source, dataset="digits")
+        assert again["num_examples"] == 450 and again["top1"] == pytest.approx(own["top1"])
+        with pytest.raises(ValueError, match="split 'all' of the run's own data would count its training images"):
+            evaluate(source, dataset="digits", split="all")
+    model = saving.load_model(run_dir)
+    by_run, by_name = export_samples(model, run_dir), export_samples(model, run_dir, "digits")
+    np.testing.assert_array_equal(by_run["eval_labels"], by_name["eval_labels"])
+    np.testing.assert_array_equal(by_run["eval_images"], by_name["eval_images"])
+    examples, count, _ = held_out_images("digits", source=run_dir / "best.keras")
+    assert count == 450 and [label for _, label in examples] == list(by_run["eval_labels"])
+    # A copy outside the run names no run: train's default split (seed 0, 20%).
+    shutil.copyfile(run_dir / "best.keras", tmp_path / "copy.keras")
+    assert evaluate(tmp_path / "copy.keras", dataset="digits")["num_examples"] == 359
+    assert held_out_images("digits", source=tmp_path / "copy.keras")[1] == 359
+
+
 @pytest.mark.parametrize("name, split", [("cifar10", "train"), ("oxford_flowers102", "train")])
 def test_tfds_pipelines_with_mock_data(tmp_path, monkeypatch, name, split):
     import tensorflow_datasets as tfds

@@ -160,10 +160,10 @@ def evaluate(source, dataset=None, split=None, verbose=None):
 
     `source`: a run directory (its `best.keras`, on the run's own evaluation split, never used
     in training; `eval.json` is written there), or a `.keras` file or checkpoint with
-    `dataset` ("digits", "tfds:NAME" or a folder; its evaluation split as `train` makes it
-    with the default options, seed 0 included). `split`: another evaluation split, a tfds split
-    expression or "all" (`names.WHOLE_SPLIT`, with `dataset`: every example, for data training
-    never saw).
+    `dataset` ("digits", "tfds:NAME" or a folder; its evaluation split as the run the file
+    comes from made it when that run trained on it, else as `train` makes it with the default
+    options, seed 0 included). `split`: another evaluation split, a tfds split expression or
+    "all" (`names.WHOLE_SPLIT`, with `dataset`: every example, for data training never saw).
     `selected_on`: how many held-out training examples chose the checkpoint's epoch; `verbose` as
     `fit`'s."""
     c = evaluation_config(source, dataset, split)
@@ -207,17 +207,51 @@ def evaluate(source, dataset=None, split=None, verbose=None):
 
 def evaluation_config(source, dataset=None, split=None):
     """The `TrainConfig` whose evaluation split `evaluate` reads (see there)."""
-    if dataset:
-        return TrainConfig(dataset=dataset, eval_split=split)
-    if not saving.is_run_dir(source):
+    run = training_run(source)
+    if not dataset and run is None:
         raise ValueError(f"{source} is not a run directory: say which data to evaluate on (dataset=..., --dataset).")
-    if split == names.WHOLE_SPLIT:
-        raise ValueError(
-            f"split {names.WHOLE_SPLIT!r} of the run's own data would count its training images; give the data "
-            "training never saw (dataset=..., --dataset)."
-        )
-    c = load_run_config(source, data=True)
+    return data_config(dataset, split, run)
+
+
+def training_run(source):
+    """The run directory `source` comes from: itself when it is one, the folder of a checkpoint
+    inside one (its `best.keras`, `last.keras`), else None."""
+    if source is None:
+        return None
+    path = Path(source)
+    if saving.is_run_dir(path) and (path / CONFIG_FILE).is_file():
+        return path
+    if path.name in names.RUN_CHECKPOINTS and (path.parent / CONFIG_FILE).is_file():
+        return path.parent
+    return None
+
+
+def data_config(dataset=None, split=None, run=None):
+    """The `TrainConfig` whose splits make `dataset`'s evaluation split ("digits", "tfds:NAME" or a
+    folder; None: the run's own), `split` replacing it: the config of `run` (a run directory)
+    when it trained on that data, so its seed and held-out shares pick the images training never
+    saw; else `train`'s defaults (seed 0)."""
+    own = load_run_config(run, data=not dataset) if run is not None else None
+    if own is not None and (not dataset or same_data(dataset, own.dataset)):
+        if split == names.WHOLE_SPLIT:
+            raise ValueError(
+                f"split {names.WHOLE_SPLIT!r} of the run's own data would count its training images; give the data "
+                "training never saw (dataset=..., --dataset)."
+            )
+        c = dataclasses.replace(own, dataset=dataset or own.dataset)
+    else:
+        c = TrainConfig(dataset=dataset)
     return dataclasses.replace(c, eval_split=split) if split else c
+
+
+def same_data(dataset, other):
+    """Whether two dataset names are the same data (folders: the same place)."""
+    if dataset == other:
+        return True
+    builtin = ("digits", "tfds:")
+    if any(str(d).startswith(builtin) for d in (dataset, other)):
+        return False
+    return Path(dataset).resolve() == Path(other).resolve()
 
 
 def in_model_order(data_source, class_names, dataset):

@@ -3,26 +3,23 @@ held-out arrays and a fine-tuning pipeline, made the way training and evaluation
 
 import numpy as np
 
-from keras_vit import saving
 from keras_vit.training import datasets, pipeline
-from keras_vit.training.config import TrainConfig
-from keras_vit.training.run import in_model_order, load_run_config
+from keras_vit.training.run import data_config, in_model_order, training_run
 
 
 def export_samples(model, source=None, dataset=None, calibration_size=200, eval_limit=2000):
     """The data `keras_vit.export.ExportSource` takes, as keyword arguments, or None when there
-    is none: `dataset` ("digits", "tfds:NAME" or a folder; its splits as `train` makes them with
-    the default options), else the data of `source` when it is a run directory.
+    is none: `dataset` ("digits", "tfds:NAME" or a folder), else the data of `source` when it is
+    a run directory or a checkpoint in one; split as that run split it when it trained on that
+    data, else as `train` does with its default options.
 
     The held-out images pass through the model's own `image_transform`; `calibration_size`
     training images (shuffled with the run's seed) likewise; `train` is the run's augmented
     training pipeline for quantisation-aware training, pruning and clustering."""
-    if dataset:
-        config = TrainConfig(dataset=dataset).resolved()
-    elif source is not None and saving.is_run_dir(source):
-        config = load_run_config(source, data=True)
-    else:
+    run = training_run(source)
+    if not dataset and run is None:
         return None
+    config = data_config(dataset, run=run).resolved()
     data = datasets.load(config)
     size, num_classes = tuple(model.config.image_size), model.config.num_classes
     if len(data.class_names) != num_classes:
@@ -51,11 +48,11 @@ def export_samples(model, source=None, dataset=None, calibration_size=200, eval_
     )
 
 
-def held_out_images(dataset, class_names=None, split=None):
-    """The evaluation split of `dataset` ("digits", "tfds:NAME" or a folder) as `train` makes it
-    with the default options, or `split` (as `evaluate`'s), for models that take images as they
-    are (exported files): `(examples, num_examples, data_class_names)`, `examples` an iterator of
-    `(uint8 image (H, W, 3), label)` NumPy pairs, the labels in `class_names`' order (None: the
-    data's)."""
-    data = datasets.load(TrainConfig(dataset=dataset, eval_split=split).resolved())
+def held_out_images(dataset, class_names=None, split=None, source=None):
+    """The evaluation split of `dataset` ("digits", "tfds:NAME" or a folder) as the run of
+    `source` made it when it trained on that data, else as `train` makes it with the default
+    options, or `split` (as `evaluate`'s), for models that take images as they are (exported
+    files): `(examples, num_examples, data_class_names)`, `examples` an iterator of `(uint8
+    image (H, W, 3), label)` NumPy pairs, the labels in `class_names`' order (None: the data's)."""
+    data = datasets.load(data_config(dataset, split, training_run(source)).resolved())
     return in_model_order(data, class_names, dataset).as_numpy_iterator(), data.num_eval, list(data.class_names)
