@@ -216,13 +216,17 @@ def test_image_folder_skips_corrupt_files_and_trains(tmp_path, caplog, monkeypat
     )
     assert result["num_examples"] == source.num_eval
 
-    # A folder training never saw is evaluated whole with split "all"; the run's eval.json stays.
+    # A folder training never saw (a copy stands in) is evaluated whole with split "all"; the
+    # run's eval.json stays. The run's own folder, named again, is refused.
     run_dir, eval_json = tmp_path / "run", (tmp_path / "run" / "eval.json").read_text()
-    whole = evaluate(run_dir / "best.keras", dataset=str(tmp_path / "data"), split="all")
+    shutil.copytree(tmp_path / "data", tmp_path / "unseen")
+    whole = evaluate(run_dir / "best.keras", dataset=str(tmp_path / "unseen"), split="all")
     assert whole["num_examples"] == source.num_train + source.num_eval == 12
     assert (run_dir / "eval.json").read_text() == eval_json
+    own = "split 'all' of the run's own data would count its training"
     for call, message in (
-        (lambda: evaluate(run_dir, split="all"), "split 'all' of the run's own data would count its training"),
+        (lambda: evaluate(run_dir, split="all"), own),
+        (lambda: evaluate(run_dir / "best.keras", dataset=str(tmp_path / "data" / "."), split="all"), own),
         (lambda: evaluate(run_dir, split="test"), r"a split expression \('test'\) is for tfds datasets"),
         (
             lambda: fit(TrainConfig(dataset=str(tmp_path / "data"), eval_split="all", run_dir=str(tmp_path / "r2"))),
