@@ -95,13 +95,13 @@ _FIELDS = {
 
 
 def run(args):
-    from keras_vit import saving
     from keras_vit.export import ExportConfig, ExportError, export, load_source
+    from keras_vit.training.run import training_run
 
     options = {field: getattr(args, flag) for flag, field in _FIELDS.items() if getattr(args, flag) is not None}
     config = ExportConfig.from_yaml(args.config, **options) if args.config else ExportConfig(**options)
     source = load_source(args.source, labels=args.labels)
-    if args.dataset or saving.is_run_dir(args.source):
+    if args.dataset or training_run(args.source) is not None:
         from keras_vit.training import export_samples
 
         try:
