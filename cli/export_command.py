@@ -100,6 +100,8 @@ def run(args):
 
     options = {field: getattr(args, flag) for flag, field in _FIELDS.items() if getattr(args, flag) is not None}
     config = ExportConfig.from_yaml(args.config, **options) if args.config else ExportConfig(**options)
+    if args.finetune_epochs is not None and config.prune is None and config.cluster is None:
+        raise ValueError("--finetune-epochs sets how long --prune and --cluster fine-tune; give one of them.")
     source = load_source(args.source, labels=args.labels)
     if args.dataset or training_run(args.source) is not None:
         from keras_vit.training import export_samples

@@ -66,6 +66,8 @@ def run(args):
         probabilities = keras.ops.convert_to_numpy(keras.ops.softmax(outputs[0]))
         top = np.argsort(-probabilities)[:5]
         print("top-5: " + ", ".join(f"{classes[i]} {probabilities[i]:.3f}" for i in top))
+    elif not config.num_classes:
+        print("no head (num_classes 0): the output is the image's features")
     elif not np.any(outputs):
         print("logits are all zero: the head is zero-initialised (as in the paper) until trained or loaded")
     else:

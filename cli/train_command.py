@@ -220,6 +220,8 @@ def run_train(args):
     }
     if args.jit_compile is not None:
         values["jit_compile"] = args.jit_compile
+    if args.batch_size is not None and args.global_batch_size is not None:
+        raise ValueError("--batch-size (per replica) and --global-batch-size are one or the other; give one.")
     config = TrainConfig.from_yaml(args.config, **values) if args.config else TrainConfig(**values)
     if args.image_size is not None:
         config = dataclasses.replace(config, model={**config.model, "image_size": args.image_size})
@@ -360,15 +362,14 @@ def run_predict(args):
 def _predict_exported(args, images, chunk=256):
     """Top-k lists from an exported SavedModel or .tflite file, `chunk` images at a time."""
     import itertools
-    from pathlib import Path
 
     import numpy as np
 
     from keras_vit.export.exported import load_exported
-    from keras_vit.saving import index_names
+    from keras_vit.saving import index_names, read_labels_file
 
     model = load_exported(args.model, args.crop)
-    names = Path(args.labels).read_text().splitlines() if args.labels else model.labels
+    names = read_labels_file(args.labels) if args.labels else model.labels
     stream = images(encoded=model.takes_bytes)
     while batch := list(itertools.islice(stream, chunk)):
         probabilities = model.probabilities(batch)

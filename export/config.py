@@ -71,6 +71,12 @@ class ExportConfig:
             raise ExportError(f"unknown input/output type {self.io_type!r}; choose from {', '.join(sorted(io_types))}.")
         if not self.saved_model_dir and not self.tflite_dir:
             raise ExportError("nothing to export: give a SavedModel directory, a TFLite directory or both.")
+        if self.io_type != "float32" and not any(self.io_type in IO_TYPES.get(m, ()) for m in self.modes):
+            takes = "; ".join(f"{m}: {', '.join(IO_TYPES[m])}" for m in IO_TYPES)
+            raise ExportError(
+                f"input/output type {self.io_type} applies to none of the modes {', '.join(self.modes)} (the "
+                f"calibrated modes take {takes}; the others float32)."
+            )
         for name in ("saved_model_dir", "tflite_dir", "report_dir"):
             if getattr(self, name) and Path(getattr(self, name)).is_file():
                 raise ExportError(f"{name} {getattr(self, name)} is a file; export writes into a folder.")

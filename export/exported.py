@@ -12,7 +12,7 @@ from keras_vit.export.metadata import read_labels
 from keras_vit.export.serving import BYTES_SIGNATURE
 from keras_vit.export.source import ExportError
 from keras_vit.names import LABELS_FILE, RUN_CHECKPOINTS
-from keras_vit.saving import holds_saved_model
+from keras_vit.saving import holds_saved_model, versions
 from keras_vit.transform import ImageTransform
 
 # Encoded images per call of the SavedModel's bytes signature.
@@ -21,8 +21,8 @@ SERVING_BATCH = 32
 
 def is_exported(path):
     """Whether `path` is a `.tflite` file, a directory of them (`export --tflite`), a SavedModel
-    directory or an `export --saved-model` directory (models.config beside `NAME/VERSION/`
-    SavedModels)."""
+    directory, an `export --saved-model` directory (models.config beside `NAME/VERSION/`
+    SavedModels) or a model's folder in one (`NAME`)."""
     path = Path(path)
     if any((path / name).is_file() for name in RUN_CHECKPOINTS):  # a run directory exported into
         return False
@@ -31,7 +31,7 @@ def is_exported(path):
 
 def load_exported(path, crop=None):
     """A `SavedModelClassifier` or `TFLiteClassifier` for `path` (see `is_exported`); of an
-    export directory with several versions, the newest; of a directory with one `.tflite` file,
+    export directory or model folder with several versions, the newest; of a directory with one `.tflite` file,
     that file. `crop`: the centre-crop fraction a `.tflite` file's images get before resizing
     (default 1: the whole image); a SavedModel crops as it was exported."""
     path = Path(path)
@@ -48,7 +48,9 @@ def load_exported(path, crop=None):
         raise ExportError(
             "a SavedModel crops and resizes in its own graph, as exported; --crop applies to .tflite files."
         )
-    if not (path / "saved_model.pb").is_file():
+    if versions(path):
+        path = versions(path)[-1]
+    elif not (path / "saved_model.pb").is_file():
         found = sorted(path.glob("*/*/saved_model.pb"), key=lambda p: (p.parent.parent.name, _version(p.parent.name)))
         names = sorted({p.parent.parent.name for p in found})
         if len(names) > 1:

@@ -124,7 +124,8 @@ def save_serving_model(
     target = base / str(version)
     if target.exists() and not overwrite:
         raise ExportError(
-            f"{target} exists; TF Serving versions are never overwritten (pass --overwrite or another --version)."
+            f"{target} exists; a version TF Serving may be serving is replaced only with --overwrite (or give another "
+            "--version)."
         )
     base.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{version}.", dir=base))

@@ -282,7 +282,8 @@ def check_fields(cls, values, what):
             for name in unknown
             if (close := difflib.get_close_matches(str(name), fields, n=1, cutoff=0.75))
         ]
-        raise ValueError(f"unknown {what}(s): {', '.join(map(str, unknown))}" + "".join(f"; {h}" for h in hints) + ".")
+        listed = f"unknown {what}(s): {', '.join(map(str, unknown))}"
+        raise ValueError(listed + "".join(f"; {h}" for h in hints) if hints else listed + ".")
 
 
 def _nearest_divisor(n, target):

@@ -2,6 +2,7 @@
 command reads a model from (a `.keras` file, a training run directory, a checkpoint)."""
 
 import os
+import zipfile
 from pathlib import Path
 
 import keras
@@ -52,10 +53,16 @@ def is_run_dir(path):
 
 
 def holds_saved_model(path):
-    """Whether `path` is a SavedModel directory or one `export --saved-model` wrote (its
-    `NAME/VERSION/` SavedModels)."""
+    """Whether `path` is a SavedModel directory, one `export --saved-model` wrote (its
+    `NAME/VERSION/` SavedModels) or a model's folder in it (`NAME`, its `VERSION/` SavedModels)."""
     path = Path(path)
-    return (path / "saved_model.pb").is_file() or any(path.glob("*/*/saved_model.pb"))
+    return (path / "saved_model.pb").is_file() or any(path.glob("*/*/saved_model.pb")) or bool(versions(path))
+
+
+def versions(path):
+    """The `VERSION/` SavedModels of TF Serving's model folder `path`, oldest first."""
+    found = [p.parent for p in Path(path).glob("*/saved_model.pb") if p.parent.name.isdigit()]
+    return sorted(found, key=lambda p: int(p.name))
 
 
 def run_checkpoint(run_dir):
@@ -83,6 +90,8 @@ def load_keras_file(path):
     path = Path(path)
     if not path.is_file():
         raise ModelFileError(f"model file not found: {path}")
+    if not zipfile.is_zipfile(path):  # Keras would say "File not found" of a file cut short
+        raise ModelFileError(f"{path} is not a whole .keras file (those are zip archives): truncated or corrupt")
     try:
         model = keras.saving.load_model(path, safe_mode=True, compile=False)
     except Exception as error:  # zip, h5 and config errors of many types
@@ -120,7 +129,7 @@ def label_names(source, model, labels=None):
     the class indices as strings."""
     num_classes = model.config.num_classes
     if labels is not None:
-        names = Path(labels).read_text().splitlines() if isinstance(labels, (str, Path)) else list(labels)
+        names = read_labels_file(labels) if isinstance(labels, (str, Path)) else list(labels)
     elif is_run_dir(source) and (Path(source) / RUN_LABELS).is_file():
         names = (Path(source) / RUN_LABELS).read_text().splitlines()
     elif model.class_names is not None:
@@ -135,3 +144,10 @@ def label_names(source, model, labels=None):
 def index_names(num_classes):
     """The names of unnamed classes: their indices as strings."""
     return [str(i) for i in range(num_classes)]
+
+
+def read_labels_file(path):
+    """The class names in the file `path`, one per line."""
+    if not Path(path).is_file():
+        raise ModelFileError(f"labels file not found: {path}")
+    return Path(path).read_text().splitlines()

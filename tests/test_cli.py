@@ -1,3 +1,4 @@
+import dataclasses
 import os
 import subprocess
 import sys
@@ -40,6 +41,42 @@ def test_bad_input_gives_one_line_and_exit_2(argv, message, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0] and err[0].startswith("keras-vit summary: error:")
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["train", "--batch-size", "16", "--global-batch-size", "32"], "--batch-size (per replica) and --global-b"),
+        (["train", "--train-split", "train[:50%]"], "a training split ('train[:50%]') is for tfds datasets; digits"),
+        (["train", "--config", "bad.yaml"], "unknown model field(s): num_lyers; num_lyers: did you mean num_layers?"),
+        (["train", "--weights", "cut.keras"], "cut.keras is not a whole .keras file (those are zip archives)"),
+        (["predict", "cut.keras", "x.png"], "cut.keras is not a whole .keras file (those are zip archives)"),
+        (["predict", "m.keras", "x.png", "--labels", "no.txt"], "labels file not found: no.txt"),
+        (["evaluate", "no_run"], "no_run does not exist: give a run directory, or a model and the data"),
+        (["export", "m.keras", "--tflite", "t", "--finetune-epochs", "3"], "--finetune-epochs sets how long --prune"),
+        (["export", "m.keras", "--tflite", "t", "--io-type", "int16"], "input/output type int16 applies to none of"),
+    ],
+)
+def test_bad_training_and_export_input_gives_one_line_and_exit_2(argv, message, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bad.yaml").write_text("model:\n  num_lyers: 2\n")
+    (tmp_path / "cut.keras").write_bytes(b"PK\x03\x04" + bytes(100))  # a zip's first bytes, cut short
+    Image.new("RGB", (8, 8)).save(tmp_path / "x.png")
+    if "m.keras" in argv:
+        import keras_vit
+
+        config = keras_vit.ViTConfig(image_size=8, patch_size=4, hidden_size=8, num_layers=1, num_heads=2, mlp_dim=8)
+        keras_vit.saving.save_model(keras_vit.ViT(dataclasses.replace(config, num_classes=2)), tmp_path / "m.keras")
+    assert main(argv) == 2
+    err = [line for line in capsys.readouterr().err.strip().splitlines() if "keras-vit" in line]
+    assert len(err) == 1 and message in err[0] and err[0].startswith(f"keras-vit {argv[0]}: error:"), err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_headless_model_is_summarised_without_a_top_5(capsys):
+    assert main(["summary", "vit_ti16", "--num-classes", "0", "--image-size", "32"]) == 0
+    out = capsys.readouterr().out
+    assert "output: shape (1, 192)" in out and "no head (num_classes 0)" in out and "top-5" not in out
 
 
 @pytest.mark.parametrize(

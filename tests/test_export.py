@@ -345,10 +345,15 @@ def test_serving_layout_versions_warmup_and_models_config(source, exported, tmp_
     target = tmp_path / "serving"
     assert save_serving_model(source, target).name == "1"
     assert save_serving_model(source, target).name == "2"
-    with pytest.raises(ExportError, match="never overwritten"):
+    with pytest.raises(ExportError, match="replaced only with --overwrite"):
         save_serving_model(source, target, version=1)
     assert save_serving_model(source, target, version=1, overwrite=True).name == "1"
     assert sorted(p.name for p in (target / "vit").iterdir()) == ["1", "2"]  # no staging left behind
+    # The base directory, the model's folder and a version: each names a SavedModel, the folders their newest.
+    from keras_vit.export.exported import is_exported, load_exported
+
+    for path, version in ((target, "2"), (target / "vit", "2"), (target / "vit" / "1", "1")):
+        assert is_exported(path) and load_exported(path).path == target / "vit" / version
 
 
 def test_frozen_saved_model_holds_no_variables_and_serves_what_keras_predicts(source, tmp_path):

@@ -3,7 +3,7 @@
 import dataclasses
 import os
 
-from keras_vit.config import check_fields, check_types, read_yaml_options, to_plain_dict
+from keras_vit.config import ViTConfig, check_fields, check_types, read_yaml_options, to_plain_dict
 from keras_vit.names import AUGMENTS, DECAYS, PRECISIONS, PROTOCOLS, RECIPES, STRATEGIES
 
 # The offline default: a 0.31M-parameter ViT on scikit-learn's digits upscaled to 24x24, 16 tokens
@@ -80,6 +80,7 @@ class TrainConfig:
 
     def __post_init__(self):
         check_types(self, "training option")
+        check_fields(ViTConfig, self.model, "model field")
         self.crop_scale = tuple(float(v) for v in self.crop_scale)
         for name in ("dataset", "run_dir", "weights"):  # `~/data` in a YAML file (no shell expands it)
             if isinstance(getattr(self, name), str) and getattr(self, name).startswith("~"):

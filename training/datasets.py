@@ -50,6 +50,11 @@ def load(config):
             f"a split expression ({config.eval_split!r}) is for tfds datasets; {config.dataset}'s evaluation split is "
             f"its held-out share, or {WHOLE_SPLIT!r} for every image."
         )
+    if config.train_split is not None and not config.dataset.startswith("tfds:"):
+        raise ValueError(
+            f"a training split ({config.train_split!r}) is for tfds datasets; {config.dataset} trains on all but its "
+            "held-out share (validation_fraction, --validation-fraction)."
+        )
     fraction = 1.0 if whole else config.validation_fraction
     if config.dataset == "digits":
         return digits(fraction, config.seed, config.selection_fraction)

@@ -142,10 +142,10 @@ def fit(config, overwrite=False, verbose=None):
             verbose=verbose if chief else 0,  # one progress bar per job
         )
     if nan.reason:
-        best = names.RUN_CHECKPOINTS[0]
-        kept = best if (run_dir / best).exists() else "no checkpoint (first epoch)"
+        best = run_dir / names.RUN_CHECKPOINTS[0]
+        kept = f"kept the last good checkpoint: {best}" if best.exists() else "no epoch finished well, so no checkpoint"
         shutil.rmtree(backup_dir, ignore_errors=True)  # the same command starts afresh, as before the NaN
-        raise TrainingError(f"stopped: {nan.reason}; kept the last good checkpoint: {run_dir / kept}")
+        raise TrainingError(f"stopped: {nan.reason}; {kept}")
     if not chief:  # its worker_N folder holds nothing else
         shutil.rmtree(backup_dir.parent, ignore_errors=True)
         return None
@@ -209,6 +209,11 @@ def evaluation_config(source, dataset=None, split=None):
     """The `TrainConfig` whose evaluation split `evaluate` reads (see there)."""
     run = training_run(source)
     if not dataset and run is None:
+        if not Path(source).exists():
+            raise FileNotFoundError(
+                f"{source} does not exist: give a run directory, or a model and the data to evaluate it on "
+                "(dataset=..., --dataset)."
+            )
         raise ValueError(f"{source} is not a run directory: say which data to evaluate on (dataset=..., --dataset).")
     return data_config(dataset, split, run)
 
