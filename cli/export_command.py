@@ -3,6 +3,7 @@
 import argparse
 
 from keras_vit_cli.names import names
+from keras_vit_cli.output import progress_on_stderr
 
 _MODES = names.LITERT_MODES
 
@@ -111,5 +112,6 @@ def run(args):
         except (ValueError, OSError) as error:
             raise ExportError(str(error)) from None
         source = source.with_data(data)
-    result = export(source, config)
+    with progress_on_stderr():
+        result = export(source, config)
     print(result["table"])

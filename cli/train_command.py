@@ -9,6 +9,7 @@ import sys
 
 from keras_vit_cli import images as image_io
 from keras_vit_cli.names import names
+from keras_vit_cli.output import progress_on_stderr
 from keras_vit_cli.signals import exit_status, interrupted
 
 # flag -> (TrainConfig field, argparse options); defaults stay None so a YAML file can set them.
@@ -228,7 +229,8 @@ def run_train(args):
     _join_processes(args)
     _show_run_log()
     try:
-        result = fit(config, overwrite=args.overwrite)
+        with progress_on_stderr():
+            result = fit(config, overwrite=args.overwrite)
     except KeyboardInterrupt as stop:
         done = saved_epochs(config)
         where = f"goes on after epoch {done}" if done else "starts it again (no epoch was saved yet)"
@@ -273,10 +275,8 @@ def run_evaluate(args):
     from keras_vit.training import evaluate
     from keras_vit.training.run import training_run
 
-    if is_exported(args.model):
-        result = _evaluate_exported(args)
-    else:
-        result = evaluate(args.model, dataset=args.dataset, split=args.split)
+    with progress_on_stderr():
+        result = _evaluate_exported(args) if is_exported(args.model) else evaluate(args.model, args.dataset, args.split)
     if args.dataset and not args.split and not args.dataset.startswith("tfds:") and training_run(args.model) is None:
         print(
             f"keras-vit evaluate: note: {args.model} names no run to take the split from: this is the held-out "

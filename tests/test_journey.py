@@ -80,9 +80,11 @@ def test_train_with_every_option_defaulted(journey):
         r"AdamW, peak learning rate 0\.001, 130 epochs of 44 steps\n",
         trained.stderr,
     ), trained.stderr[-2000:]
-    # Output to a pipe: one plain line per epoch, not the terminal's live bar and its colours.
-    assert "\x1b[" not in trained.stdout and "\r" not in trained.stdout
-    assert re.search(r"^Epoch 130/130\n *44/44 - \d+s - ", trained.stdout, re.M), trained.stdout[-500:]
+    # Progress to a pipe: one plain line per epoch on stderr, not the terminal's live bar and its
+    # colours; stdout holds the result alone, one JSON line.
+    assert "\x1b[" not in trained.stderr and "\r" not in trained.stderr
+    assert len(trained.stdout.strip().splitlines()) == 1 and json.loads(trained.stdout)["num_examples"] == 359
+    assert re.search(r"^Epoch 130/130\n *44/44 - \d+s - ", trained.stderr, re.M), trained.stderr[-500:]
 
 
 def test_evaluate_and_predict_from_the_run_and_from_its_keras_file(journey):
