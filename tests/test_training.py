@@ -297,6 +297,25 @@ def test_a_run_whose_folder_moved_says_so_and_takes_its_new_place(tmp_path):
     assert again["num_examples"] == trained["num_examples"] and again["top1"] == pytest.approx(trained["top1"])
 
 
+def test_the_first_held_out_images_of_a_folder_are_a_stratified_sample(tmp_path):
+    """A folder lists its classes one after another; `export --eval-limit N` checks the first N
+    held-out images, which were one class's alone."""
+    from keras_vit import ViT, ViTConfig
+    from keras_vit.training import export_samples
+
+    rng = np.random.default_rng(0)
+    for name, count in (("a", 30), ("b", 20), ("c", 10)):
+        (tmp_path / "data" / name).mkdir(parents=True)
+        for i in range(count):
+            Image.fromarray(rng.integers(0, 255, (8, 8, 3), dtype=np.uint8)).save(tmp_path / "data" / name / f"{i}.png")
+    model = ViT(ViTConfig(**{**SMALL_MODEL, "image_size": 8}, num_classes=3))
+    first = export_samples(model, dataset=str(tmp_path / "data"), calibration_size=4, eval_limit=6)["eval_labels"]
+    assert sorted(first) == [0, 0, 0, 1, 1, 2]  # the classes' shares of the 12 held-out images: 6, 4, 2
+    whole = datasets.load(TrainConfig(dataset=str(tmp_path / "data"), eval_split="all"))
+    labels = [int(label) for _, label in whole.eval.take(6).as_numpy_iterator()]
+    assert sorted(labels) == [0, 0, 0, 1, 1, 2] and whole.num_eval == 60
+
+
 def test_a_checkpoint_evaluated_on_its_runs_data_keeps_the_runs_split(tmp_path):
     """A run trained with another seed and held-out share than `train`'s defaults: its data given
     again (`--dataset digits`) is split as the run split it, not with seed 0, whose held-out

@@ -385,7 +385,7 @@ def _stratified_split(labels, fraction, seed):
     """Indices (train, held_out): `fraction` of every class held out, shuffled with `seed`
     (fraction 1: every index held out)."""
     if fraction >= 1.0:
-        return np.array([], dtype=int), np.arange(len(labels))
+        return np.array([], dtype=int), _interleaved(np.arange(len(labels)), labels)
     rng = np.random.default_rng(seed)
     train, held_out = [], []
     for label in np.unique(labels):
@@ -393,4 +393,17 @@ def _stratified_split(labels, fraction, seed):
         cut = max(1, int(round(len(index) * fraction))) if len(index) > 1 else 0
         held_out += list(index[:cut])
         train += list(index[cut:])
-    return np.array(sorted(train), dtype=int), np.array(sorted(held_out), dtype=int)
+    return np.array(sorted(train), dtype=int), _interleaved(np.array(held_out, dtype=int), labels)
+
+
+def _interleaved(index, labels):
+    """`index` in an order whose every prefix holds the classes in about their shares of the
+    whole (a folder lists its classes one after another), each class in ascending index order:
+    the first N held-out images, as an export checks them, are a stratified sample."""
+    index = np.sort(index)
+    of = labels[index]
+    rank = np.zeros(len(index))
+    for label in np.unique(of):
+        members = np.flatnonzero(of == label)
+        rank[members] = (np.arange(len(members)) + 0.5) / len(members)
+    return index[np.lexsort((of, rank))]

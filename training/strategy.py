@@ -96,7 +96,11 @@ def make_placement(config):
         placement.task_index = int(task.get("index", 0)) if task.get("type", "worker") in ("worker", "chief") else 1
         return placement
     if name == "tpu":
-        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=config.tpu or "")
+        try:  # a name or address it cannot reach: a bare URLError or NotFoundError otherwise
+            resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=config.tpu or "")
+        except (OSError, ValueError, tf.errors.OpError) as error:
+            where = f"TPU {config.tpu!r}" if config.tpu else "a TPU (TPU_NAME or this machine's)"
+            raise RuntimeError(f"cannot reach {where}: {error}") from None
         tf.config.experimental_connect_to_cluster(resolver)
         tf.tpu.experimental.initialize_tpu_system(resolver)
         strategy = tf.distribute.TPUStrategy(resolver)
