@@ -517,7 +517,7 @@ def test_bad_input_gives_one_line_and_leaves_nothing_half_written(source, run_di
     assert message in fails([str(run_dir), "--config", str(tmp_path / "typed.yaml")])
     assert "model file not found" in fails([str(tmp_path / "missing.keras"), "--tflite", str(tmp_path)])
     (tmp_path / "corrupt.keras").write_bytes(b"not a zip")
-    assert "cannot load" in fails([str(tmp_path / "corrupt.keras"), "--tflite", str(tmp_path / "t")])
+    assert "is not a whole .keras file" in fails([str(tmp_path / "corrupt.keras"), "--tflite", str(tmp_path / "t")])
     assert "nothing to export" in fails([str(run_dir)])
     assert "freezing applies to the SavedModel" in fails([str(run_dir), "--tflite", str(tmp_path), "--freeze"])
     precision = ["--tflite", str(tmp_path), "--saved-model-precision", "bfloat16"]

@@ -95,6 +95,9 @@ def test_evaluate_and_predict_from_the_run_and_from_its_keras_file(journey):
         run(KERAS_VIT, "evaluate", run_dir / "best.keras", "--dataset", "digits").stdout.splitlines()[-1]
     )
     assert on_file["top1"] == pytest.approx(evaluated["top1"], abs=1e-6)
+    # A checkpoint in its run: the run's own split, without --dataset.
+    on_last = json.loads(run(KERAS_VIT, "evaluate", run_dir / "last.keras").stdout)
+    assert on_last["num_examples"] == 359 and on_last["checkpoint"].endswith("last.keras")
     lines = run(KERAS_VIT, "predict", run_dir, *images, "--top-k", "1").stdout.strip().splitlines()
     assert [line.split(": ")[1].split()[0] for line in lines] == ["0", "1", "2"]
     same = (
@@ -417,15 +420,17 @@ def test_bad_input_along_the_journey_gets_one_line(journey, tmp_path):
     not_tflite.write_bytes(b"not a flatbuffer")
     not_image = tmp_path / "photo.png"
     not_image.write_text("not an image")
+    copied = tmp_path / "copied.keras"  # outside its run: which data it trained on is not known
+    copied.write_bytes((run_dir / "best.keras").read_bytes())
     cases = [
         (("visualize", empty, images[0], "--out", tmp_path / "x.png"), "has no best.keras or last.keras"),
-        (("predict", truncated.parent, images[0]), "cannot load"),
-        (("export", truncated, "--saved-model", tmp_path / "s"), "cannot load"),
+        (("predict", truncated.parent, images[0]), "best.keras is not a whole .keras file (those are zip archives)"),
+        (("export", truncated, "--saved-model", tmp_path / "s"), "truncated or corrupt"),
         (("predict", not_tflite, images[0]), "model.tflite"),
         (("predict", run_dir, not_image), "cannot read image"),
         (("predict", run_dir, images[0], "--top-k", "0"), "--top-k must be at least 1; got 0."),
         (("predict", run_dir, images[0], "--crop", "1.5"), "--crop must be in (0, 1] (1: resize without cropping)"),
-        (("evaluate", run_dir / "best.keras"), "--dataset"),
+        (("evaluate", copied), "is not a run directory: say which data to evaluate on"),
     ]
     for args, message in cases:
         result = run(KERAS_VIT, *args, expect=2)
