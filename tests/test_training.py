@@ -316,6 +316,16 @@ def test_the_first_held_out_images_of_a_folder_are_a_stratified_sample(tmp_path)
     assert sorted(labels) == [0, 0, 0, 1, 1, 2] and whole.num_eval == 60
 
 
+def test_dataset_names_are_the_same_data_when_they_name_the_same_place(tmp_path, monkeypatch):
+    from keras_vit.training.run import same_data
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "digits_photos").mkdir()
+    assert same_data("digits_photos", "./digits_photos") and same_data("digits_photos", str(tmp_path / "digits_photos"))
+    assert same_data("digits", "digits") and same_data("tfds:cifar10", "tfds:cifar10")
+    assert not same_data("digits", "./digits") and not same_data("tfds:cifar10", "tfds:cifar100")
+
+
 def test_a_checkpoint_evaluated_on_its_runs_data_keeps_the_runs_split(tmp_path):
     """A run trained with another seed and held-out share than `train`'s defaults: its data given
     again (`--dataset digits`) is split as the run split it, not with seed 0, whose held-out

@@ -253,8 +253,7 @@ def same_data(dataset, other):
     """Whether two dataset names are the same data (folders: the same place)."""
     if dataset == other:
         return True
-    builtin = ("digits", "tfds:")
-    if any(str(d).startswith(builtin) for d in (dataset, other)):
+    if any(d == "digits" or d.startswith("tfds:") for d in (dataset, other)):  # names, not places
         return False
     return Path(dataset).resolve() == Path(other).resolve()
 
