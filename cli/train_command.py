@@ -271,13 +271,26 @@ def _show_run_log():
 
 
 def run_evaluate(args):
-    from keras_vit.export.exported import is_exported
+    from keras_vit.export.exported import is_exported, load_exported
     from keras_vit.training import evaluate
-    from keras_vit.training.run import training_run
+    from keras_vit.training.run import same_data, training_run
 
+    trained_on = None  # the data split an exported model records
     with progress_on_stderr():
-        result = _evaluate_exported(args) if is_exported(args.model) else evaluate(args.model, args.dataset, args.split)
-    if args.dataset and not args.split and not args.dataset.startswith("tfds:") and training_run(args.model) is None:
+        if is_exported(args.model):
+            model = load_exported(args.model)
+            trained_on = model.data_split
+            result = _evaluate_exported(args, model)
+        else:
+            result = evaluate(args.model, args.dataset, args.split)
+    guessed = (
+        args.dataset
+        and not args.split
+        and not args.dataset.startswith("tfds:")
+        and training_run(args.model) is None
+        and not (trained_on and same_data(args.dataset, trained_on["dataset"]))
+    )
+    if guessed:
         print(
             f"keras-vit evaluate: note: {args.model} names no run to take the split from: this is the held-out "
             f"share of {args.dataset} as train makes it by default (--seed 0, --validation-fraction 0.2); a model "
@@ -287,28 +300,31 @@ def run_evaluate(args):
     print(json.dumps(result))
 
 
-def _evaluate_exported(args, chunk=256):
-    """`evaluate`'s result for an exported SavedModel or .tflite file on `--dataset`'s evaluation
-    split, `chunk` images at a time."""
+def _evaluate_exported(args, model, chunk=256):
+    """`evaluate`'s result for an exported SavedModel or .tflite file (`model`, from
+    `load_exported`) on the evaluation split of `--dataset`, else of the data it records, `chunk`
+    images at a time."""
     import itertools
 
     import numpy as np
 
-    from keras_vit.export.exported import load_exported
     from keras_vit.progress import progress_bar
     from keras_vit.training import held_out_images
 
-    if not args.dataset:
-        raise ValueError(f"{args.model} is an exported model: say which data to evaluate on (--dataset).")
-    model = load_exported(args.model)
-    examples, count, data_names = held_out_images(args.dataset, model.labels, args.split, args.model)
+    if not args.dataset and model.data_split is None:
+        raise ValueError(
+            f"{args.model} is an exported model that records no training data (exported without its run): say which "
+            "data to evaluate on (--dataset)."
+        )
+    examples, count, data_names = held_out_images(args.dataset, model.labels, args.split, recorded=model.data_split)
+    dataset = args.dataset or model.data_split["dataset"]
     progress = progress_bar(count, unit_name="image")
     seen = top1 = top5 = loss = 0
     while batch := list(itertools.islice(examples, chunk)):
         images, labels = [image for image, _ in batch], np.array([label for _, label in batch])
         probabilities = model.probabilities([image_io.png_bytes(i) for i in images] if model.takes_bytes else images)
         if probabilities.shape[-1] != len(data_names):
-            raise ValueError(f"{args.dataset} has {len(data_names)} classes; the model has {probabilities.shape[-1]}.")
+            raise ValueError(f"{dataset} has {len(data_names)} classes; the model has {probabilities.shape[-1]}.")
         ranked = np.argsort(-probabilities, axis=-1, kind="stable")[:, :5]
         top1 += np.sum(ranked[:, 0] == labels)
         top5 += np.sum((ranked == labels[:, None]).any(axis=-1))
@@ -317,7 +333,7 @@ def _evaluate_exported(args, chunk=256):
         seen += len(labels)
         progress.add(len(labels))
     if not seen:
-        raise ValueError(f"{args.dataset} has no evaluation examples.")
+        raise ValueError(f"{dataset} has no evaluation examples.")
     scores = {"top1": top1, "top5": top5, "loss": loss}
     return {**{k: float(v / seen) for k, v in scores.items()}, "num_examples": seen, "checkpoint": str(args.model)}
 

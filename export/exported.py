@@ -2,17 +2,18 @@
 encoded-bytes signature (what a TF Serving client sends), a `.tflite` file on LiteRT's
 interpreter with each image resized whole to its input (as MediaPipe's `ImageClassifier` feeds it)."""
 
+import json
 from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
 
 from keras_vit.export.litert import LiteRTModel
-from keras_vit.export.metadata import read_labels
-from keras_vit.export.serving import BYTES_SIGNATURE
+from keras_vit.export.metadata import read_data_split, read_labels
+from keras_vit.export.serving import BYTES_SIGNATURE, DATA_SPLIT_PATH
 from keras_vit.export.source import ExportError
 from keras_vit.names import LABELS_FILE, RUN_CHECKPOINTS
-from keras_vit.saving import holds_saved_model, versions
+from keras_vit.saving import holds_saved_model, read_labels_file, versions
 from keras_vit.transform import ImageTransform
 
 # Encoded images per call of the SavedModel's bytes signature.
@@ -48,8 +49,8 @@ def load_exported(path, crop=None):
         raise ExportError(
             "a SavedModel crops and resizes in its own graph, as exported; --crop applies to .tflite files."
         )
-    if versions(path):
-        path = versions(path)[-1]
+    if numbered := versions(path):
+        path = numbered[-1]
     elif not (path / "saved_model.pb").is_file():
         found = sorted(path.glob("*/*/saved_model.pb"), key=lambda p: (p.parent.parent.name, _version(p.parent.name)))
         names = sorted({p.parent.parent.name for p in found})
@@ -65,7 +66,8 @@ def _version(name):
 
 class SavedModelClassifier:
     """A keras-vit SavedModel answering through `serve_image_bytes`: images decoded, resized and
-    cropped by the graph itself."""
+    cropped by the graph itself. `labels`: its class names; `data_split`: how its training data
+    was split (a dict; None when it was exported without its run)."""
 
     takes_bytes = True
 
@@ -77,8 +79,9 @@ class SavedModelClassifier:
             raise ExportError(f"{path} has no {BYTES_SIGNATURE} signature (not written by keras-vit export).") from None
         except (OSError, ValueError, tf.errors.OpError) as error:
             raise ExportError(f"cannot load the SavedModel {path}: {' '.join(str(error).split())[:200]}") from None
-        labels = self.path / "assets" / LABELS_FILE
-        self.labels = labels.read_text().splitlines() if labels.is_file() else None
+        labels, data_split = self.path / "assets" / LABELS_FILE, self.path / DATA_SPLIT_PATH
+        self.labels = read_labels_file(labels) if labels.is_file() else None
+        self.data_split = json.loads(data_split.read_text()) if data_split.is_file() else None
 
     def probabilities(self, encoded):
         """`(N, classes)` probabilities of encoded JPEG/PNG/BMP/GIF/WebP images (bytes)."""
@@ -90,8 +93,9 @@ class SavedModelClassifier:
 
 
 class TFLiteClassifier:
-    """A `.tflite` classifier with the labels of its metadata; each image's centre `crop` fraction
-    is resized (bilinear) to the file's input."""
+    """A `.tflite` classifier with the labels and data split of its metadata (as
+    `SavedModelClassifier`'s); each image's centre `crop` fraction is resized (bilinear) to the
+    file's input."""
 
     takes_bytes = False
 
@@ -101,7 +105,7 @@ class TFLiteClassifier:
             self._model = LiteRTModel(data)
         except (ValueError, RuntimeError) as error:
             raise ExportError(f"cannot load the LiteRT file {path}: {' '.join(str(error).split())[:200]}") from None
-        self.path, self.labels = Path(path), read_labels(data)
+        self.path, self.labels, self.data_split = Path(path), read_labels(data), read_data_split(data)
         self._transform = ImageTransform(tuple(int(s) for s in self._model.input["shape"][1:3]), crop, "bilinear")
 
     def probabilities(self, images):

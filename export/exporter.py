@@ -141,7 +141,12 @@ def _export_tflite(source, plan, values, directory, name, io_type, images, label
                 data = litert.fold_requantize(data)
             ops = litert.check_ops(data, mode)
             data = metadata.with_metadata(
-                data, name, f"ViT image classifier ({variant}, {mode})", source.labels, source.model.config.image_size
+                data,
+                name,
+                f"ViT image classifier ({variant}, {mode})",
+                source.labels,
+                source.model.config.image_size,
+                data_split=source.data_split,
             )
             file = staging / file_name
             file.write_bytes(data)

@@ -9,11 +9,13 @@ flatbuffer as an uncompressed zip archive. Table slots below follow the schema's
 """
 
 import io
+import json
 import zipfile
 
 import flatbuffers
 import numpy as np
 
+from keras_vit.names import DATA_SPLIT_FILE
 from keras_vit.names import LABELS_FILE as LABELS_NAME
 
 METADATA_NAME = b"TFLITE_METADATA"
@@ -23,14 +25,15 @@ _FEATURE_PROPERTIES, _IMAGE_PROPERTIES = 1, 2  # ContentProperties union members
 _NORMALIZATION_OPTIONS = 1  # ProcessUnitOptions union member
 
 
-def with_metadata(model_bytes, name, description, labels, image_size, mean=(0.0,) * 3, std=(1.0,) * 3):
-    """`model_bytes` with image-classifier metadata and the label file attached.
+def with_metadata(model_bytes, name, description, labels, image_size, mean=(0.0,) * 3, std=(1.0,) * 3, data_split=None):
+    """`model_bytes` with image-classifier metadata and the label file attached, and the
+    `data_split` record (a dict; None: none) as a JSON file of the model.
 
     `mean`/`std`: the normalisation a runtime applies to [0, 255] pixels before feeding a
     float input, `(pixel - mean) / std` (identity here: the model normalises itself)."""
     from tensorflow.lite.python import schema_py_generated as schema
 
-    metadata = _model_metadata(name, description, labels, image_size, mean, std)
+    metadata = _model_metadata(name, description, labels, image_size, mean, std, data_split is not None)
     model = schema.ModelT.InitFromPackedBuf(bytearray(model_bytes), 0)
     model.metadata = [m for m in (model.metadata or []) if m.name != METADATA_NAME]
     buffer = schema.BufferT()
@@ -44,19 +47,32 @@ def with_metadata(model_bytes, name, description, labels, image_size, mean=(0.0,
     archive = io.BytesIO()
     with zipfile.ZipFile(archive, "w", compression=zipfile.ZIP_STORED) as files:
         files.writestr(LABELS_NAME, "\n".join(labels) + "\n")
+        if data_split is not None:
+            files.writestr(DATA_SPLIT_FILE, json.dumps(data_split, indent=2) + "\n")
     return bytes(builder.Output()) + archive.getvalue()
 
 
 def read_labels(model_bytes):
     """The label names attached to a model by `with_metadata` (None when there are none)."""
+    text = _attached(model_bytes, LABELS_NAME)
+    return None if text is None else text.splitlines()
+
+
+def read_data_split(model_bytes):
+    """The data split record attached by `with_metadata` (None when there is none)."""
+    text = _attached(model_bytes, DATA_SPLIT_FILE)
+    return None if text is None else json.loads(text)
+
+
+def _attached(model_bytes, name):
     try:
         with zipfile.ZipFile(io.BytesIO(model_bytes)) as files:
-            return files.read(LABELS_NAME).decode().splitlines()
+            return files.read(name).decode()
     except (zipfile.BadZipFile, KeyError):
         return None
 
 
-def _model_metadata(name, description, labels, image_size, mean, std):
+def _model_metadata(name, description, labels, image_size, mean, std, with_data_split):
     b = flatbuffers.Builder(1024)
     strings = lambda *values: [b.CreateString(v) for v in values]  # noqa: E731
 
@@ -99,6 +115,9 @@ def _model_metadata(name, description, labels, image_size, mean, std):
     )
 
     subgraph = _table(b, [(2, "off", _vector(b, [input_tensor])), (3, "off", _vector(b, [output_tensor]))])
+    if with_data_split:  # a file of the model, not of a tensor: AssociatedFileType UNKNOWN
+        split_name, split_description = strings(DATA_SPLIT_FILE, "the training data's split (JSON)")
+        data_split_file = _table(b, [(0, "off", split_name), (1, "off", split_description)])
     model_name, model_description, version, author, parser = strings(
         name, description, _version(), "keras-vit", _MIN_PARSER_VERSION
     )
@@ -110,6 +129,7 @@ def _model_metadata(name, description, labels, image_size, mean, std):
             (2, "off", version),
             (3, "off", _vector(b, [subgraph])),
             (4, "off", author),
+            *([(6, "off", _vector(b, [data_split_file]))] if with_data_split else []),
             (7, "off", parser),
         ],
     )

@@ -1,8 +1,10 @@
 """SavedModel for TF Serving: `DIR/<name>/<version>/` with two signatures, the label names
-as an asset, a warm-up file and a `models.config` snippet."""
+as an asset, a warm-up file, the run's data split (`assets.extra/data_split.json`) and a
+`models.config` snippet."""
 
 import functools
 import importlib.util
+import json
 import logging
 import shutil
 import tempfile
@@ -14,11 +16,12 @@ import tensorflow as tf
 from keras_vit.export import frozen
 from keras_vit.export.config import saved_model_policy
 from keras_vit.export.source import ExportError, require_tensorflow_backend
-from keras_vit.names import JPEG_DCT_METHOD, LABELS_FILE
+from keras_vit.names import DATA_SPLIT_FILE, JPEG_DCT_METHOD, LABELS_FILE
 from keras_vit.saving import in_policy
 
 logger = logging.getLogger("keras_vit")
 WARMUP_FILE = "assets.extra/tf_serving_warmup_requests"
+DATA_SPLIT_PATH = f"assets.extra/{DATA_SPLIT_FILE}"  # beside the graph, not read by it
 IMAGES_SIGNATURE, BYTES_SIGNATURE = "serving_default", "serve_image_bytes"
 
 
@@ -144,6 +147,9 @@ def save_serving_model(
             )
         elif warmup:
             write_warmup_requests(staging / WARMUP_FILE, name, source.model.config.image_size)
+        if source.data_split is not None:
+            (staging / DATA_SPLIT_PATH).parent.mkdir(exist_ok=True)
+            (staging / DATA_SPLIT_PATH).write_text(json.dumps(source.data_split, indent=2) + "\n")
         _replace(staging, target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

@@ -34,7 +34,9 @@ class ExportSource:
     `eval_images`/`eval_labels`: held-out uint8 or float pixels `(N, H, W, 3)` at the
     model's size and integer labels; `calibration_images`: a representative sample of the
     training data; `train`: a `tf.data` pipeline of augmented (images, one-hot) batches for
-    quantisation-aware training, pruning and clustering (None when not available).
+    quantisation-aware training, pruning and clustering (None when not available);
+    `data_split`: the dataset, seed and held-out shares of the model's training run, written
+    into every artifact so that it is evaluated on the images training never saw.
     """
 
     model: keras.Model
@@ -45,6 +47,7 @@ class ExportSource:
     train: object = None
     steps_per_epoch: int = 0
     label_smoothing: float = 0.0  # of the training recipe, reused when fine-tuning
+    data_split: dict = None  # how the model's training data was split (from its run), recorded in the files
 
     def __post_init__(self):
         size = tuple(self.model.config.image_size)

@@ -31,6 +31,11 @@ POSEMB_INTERPOLATIONS = ("bilinear", "bicubic", "bicubic_antialias")
 # .tflite's metadata.
 LABELS_FILE = "labels.txt"
 
+# How a model's training data was split (dataset, seed, held-out shares; JSON), recorded by
+# `export` from the run: in a SavedModel's assets.extra/ and a .tflite's metadata files, so that
+# `evaluate` scores an exported model on the images its training never saw.
+DATA_SPLIT_FILE = "data_split.json"
+
 # Image files read from folders (training's class folders, `keras-vit predict FOLDER`): the
 # formats TensorFlow's decode_image reads.
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp")

@@ -131,7 +131,7 @@ def label_names(source, model, labels=None):
     if labels is not None:
         names = read_labels_file(labels) if isinstance(labels, (str, Path)) else list(labels)
     elif is_run_dir(source) and (Path(source) / RUN_LABELS).is_file():
-        names = (Path(source) / RUN_LABELS).read_text().splitlines()
+        names = read_labels_file(Path(source) / RUN_LABELS)
     elif model.class_names is not None:
         names = list(model.class_names)
     else:

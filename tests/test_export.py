@@ -240,12 +240,13 @@ def test_tflite_metadata_labels_and_mediapipe_image_classifier_agree_with_litert
     from mediapipe.tasks.python import vision
 
     from keras_vit.export import LiteRTModel
-    from keras_vit.export.metadata import read_labels
+    from keras_vit.export.metadata import read_data_split, read_labels
 
     out, _, _ = exported
+    assert source.data_split["dataset"] == "digits" and source.data_split["seed"] == 0
     for name in ("vit_int8.tflite", "vit_float32.tflite"):
         data = (out / "tflite" / name).read_bytes()
-        assert read_labels(data) == source.labels
+        assert read_labels(data) == source.labels and read_data_split(data) == source.data_split
         photos = np.round(source.eval_images[:40]).astype(np.uint8)
         ours = LiteRTModel(data).predict(photos)
         options = vision.ImageClassifierOptions(

@@ -4,6 +4,7 @@
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -296,9 +297,11 @@ def test_predict_answers_from_the_exported_files(exported, journey):
     assert "holds exported LiteRT files" in not_a_run.stderr, not_a_run.stderr
 
 
-def test_evaluate_the_exported_files_on_a_dataset(exported):
-    """`evaluate --dataset` on the SavedModel (through its bytes signature) and on .tflite files
-    scores what the export report measured on the same held-out split, within one image."""
+def test_evaluate_the_exported_files_on_a_dataset(exported, tmp_path):
+    """`evaluate` on the SavedModel (through its bytes signature) and on .tflite files scores what
+    the export report measured on the run's held-out split, within one image: the files record how
+    the run split its data, so `--dataset` may be left out. A SavedModel that records no split is
+    scored on train's default split, said so, and only with `--dataset`."""
     home, report, _ = exported
     rows = {row["artifact"]: row for row in report["artifacts"]}
     for model, row in (
@@ -306,16 +309,25 @@ def test_evaluate_the_exported_files_on_a_dataset(exported):
         (home / "tflite" / "vit_int8-mixed.tflite", "vit_int8-mixed.tflite"),
         (home / "tflite" / "vit_int8.tflite", "vit_int8.tflite"),
     ):
-        evaluated = run(KERAS_VIT, "evaluate", model, "--dataset", "digits")
-        result = json.loads(evaluated.stdout.splitlines()[-1])
-        assert result["num_examples"] == 359 and result["checkpoint"] == str(model), result
-        assert "names no run to take the split from" in evaluated.stderr  # the default split, said so
-        assert abs(result["top1"] - rows[row]["top1"]) <= 1.5 / 359, (row, result, rows[row])
-        assert result["top1"] <= result["top5"] <= 1.0 and 0.0 < result["loss"] < 1.0, result
-    refused = run(KERAS_VIT, "evaluate", home / "serving", expect=2)
-    assert "is an exported model: say which data to evaluate on (--dataset)" in refused.stderr
-    whole = run(KERAS_VIT, "evaluate", home / "serving", "--dataset", "digits", "--split", "all").stdout
-    assert json.loads(whole.splitlines()[-1])["num_examples"] == 1797
+        for data in ((), ("--dataset", "digits")):
+            evaluated = run(KERAS_VIT, "evaluate", model, *data)
+            result = json.loads(evaluated.stdout)
+            assert result["num_examples"] == 359 and result["checkpoint"] == str(model), result
+            assert "names no run" not in evaluated.stderr
+            assert abs(result["top1"] - rows[row]["top1"]) <= 1.5 / 359, (row, result, rows[row])
+            assert result["top1"] <= result["top5"] <= 1.0 and 0.0 < result["loss"] < 1.0, result
+    unrecorded = tmp_path / "serving"
+    shutil.copytree(home / "serving", unrecorded)
+    (unrecorded / "vit" / "1" / "assets.extra" / "data_split.json").unlink()
+    refused = run(KERAS_VIT, "evaluate", unrecorded, expect=2)
+    assert "records no training data (exported without its run): say which data" in refused.stderr
+    guessed = run(KERAS_VIT, "evaluate", unrecorded, "--dataset", "digits")
+    assert json.loads(guessed.stdout)["num_examples"] == 359
+    assert "names no run to take the split from" in guessed.stderr  # the default split, said so
+    own = run(KERAS_VIT, "evaluate", home / "serving", "--dataset", "digits", "--split", "all", expect=2)
+    assert "split 'all' of the model's own training data would count its training images" in own.stderr
+    whole = run(KERAS_VIT, "evaluate", unrecorded, "--dataset", "digits", "--split", "all").stdout
+    assert json.loads(whole)["num_examples"] == 1797
 
 
 def test_predict_into_a_closed_pipe_stops_quietly(journey, tmp_path):

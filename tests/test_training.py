@@ -223,7 +223,7 @@ def test_image_folder_skips_corrupt_files_and_trains(tmp_path, caplog, monkeypat
     whole = evaluate(run_dir / "best.keras", dataset=str(tmp_path / "unseen"), split="all")
     assert whole["num_examples"] == source.num_train + source.num_eval == 12
     assert (run_dir / "eval.json").read_text() == eval_json
-    own = "split 'all' of the run's own data would count its training"
+    own = "split 'all' of the model's own training data would count its training"
     for call, message in (
         (lambda: evaluate(run_dir, split="all"), own),
         (lambda: evaluate(run_dir / "best.keras", dataset=str(tmp_path / "data" / "."), split="all"), own),
@@ -340,7 +340,7 @@ def test_a_checkpoint_evaluated_on_its_runs_data_keeps_the_runs_split(tmp_path):
     for source in (run_dir, run_dir / "best.keras"):
         again = evaluate(source, dataset="digits")
         assert again["num_examples"] == 450 and again["top1"] == pytest.approx(own["top1"])
-        with pytest.raises(ValueError, match="split 'all' of the run's own data would count its training images"):
+        with pytest.raises(ValueError, match="split 'all' of the model's own training data would count its training"):
             evaluate(source, dataset="digits", split="all")
     model = saving.load_model(run_dir)
     by_run, by_name = export_samples(model, run_dir), export_samples(model, run_dir, "digits")
@@ -348,10 +348,34 @@ def test_a_checkpoint_evaluated_on_its_runs_data_keeps_the_runs_split(tmp_path):
     np.testing.assert_array_equal(by_run["eval_images"], by_name["eval_images"])
     examples, count, _ = held_out_images("digits", source=run_dir / "best.keras")
     assert count == 450 and [label for _, label in examples] == list(by_run["eval_labels"])
-    # A copy outside the run names no run: train's default split (seed 0, 20%).
+    # What an export records of the run (by_run["data_split"]) splits the data as the run did,
+    # with the data named or not.
+    assert by_run["data_split"] == by_name["data_split"] == {**config.data_split(), "seed": 3}
+    for dataset in (None, "digits"):
+        examples, count, _ = held_out_images(dataset, recorded=by_run["data_split"])
+        assert count == 450 and [label for _, label in examples] == list(by_run["eval_labels"])
+    # A copy outside the run names no run: train's default split (seed 0, 20%), and nothing to record.
     shutil.copyfile(run_dir / "best.keras", tmp_path / "copy.keras")
     assert evaluate(tmp_path / "copy.keras", dataset="digits")["num_examples"] == 359
     assert held_out_images("digits", source=tmp_path / "copy.keras")[1] == 359
+    assert export_samples(model, tmp_path / "copy.keras", "digits")["data_split"] is None
+    with pytest.raises(ValueError, match="the model's training data is not known"):
+        held_out_images(None, source=tmp_path / "copy.keras")
+
+
+def test_a_data_split_record_names_a_folder_by_its_place(tmp_path, monkeypatch):
+    from keras_vit.training.run import data_config
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "photos").mkdir()
+    record = TrainConfig(dataset="photos", seed=2, validation_fraction=0.3).data_split()
+    assert record["dataset"] == str(tmp_path / "photos") and record["seed"] == 2
+    assert data_config(recorded=record).validation_fraction == 0.3
+    assert data_config("./photos", recorded=record).seed == 2  # the same place: the recorded split
+    assert data_config("digits", recorded=record).seed == 0  # other data: train's defaults
+    (tmp_path / "photos").rmdir()
+    with pytest.raises(ValueError, match="trained on the folder .*photos, which is not there from here"):
+        data_config(recorded=record)
 
 
 @pytest.mark.parametrize("name, split", [("cifar10", "train"), ("oxford_flowers102", "train")])

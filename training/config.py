@@ -2,18 +2,18 @@
 
 import dataclasses
 import os
+from pathlib import Path
 
 from keras_vit.config import ViTConfig, check_fields, check_types, read_yaml_options, to_plain_dict
 from keras_vit.names import AUGMENTS, DECAYS, PRECISIONS, PROTOCOLS, RECIPES, STRATEGIES
 
 # The offline default: a 0.31M-parameter ViT on scikit-learn's digits upscaled to 24x24, 16 tokens
 # of 6x6 pixels (2x2 original pixels) pooled by their mean, evaluated and served resized whole
-# (crop_fraction 1: an 8x8 digit has no border to crop), trained 130 epochs. On seeds 0-4 it got
-# 4/2/5/2/2 of the 359 held-out images wrong (docs/training.md, "Data", names the machine and the
-# times). Measured and not chosen (images wrong on seeds 0-4, 2 Zen 4 cores): the same model at
-# 100 epochs 7/2/2/2/2; width 128 4/5/5/1/2, slower; 36 tokens of width 64 at 100 epochs
-# 6/4/5/3/1; 36 tokens of width 96 at 85 epochs 3/3/4/2/4, 134-157 s, too close to the 150-s
-# budget.
+# (crop_fraction 1: an 8x8 digit has no border to crop), trained 130 epochs. Its held-out top-1
+# on seeds 0-4, with the machine and the times, is in docs/training.md ("Data"). Measured on
+# seeds 0-4 at the time it was chosen and not chosen: 100 epochs (more images wrong); width 128
+# (no fewer wrong, slower); 36 tokens of width 64 or 96 (as many wrong, or too close to the
+# 150-s budget).
 DIGITS_MODEL = dict(
     image_size=24,
     patch_size=6,
@@ -24,6 +24,9 @@ DIGITS_MODEL = dict(
     classifier="gap",
     crop_fraction=1.0,
 )
+
+# The fields that decide which examples a run trains on and which it holds out.
+SPLIT_FIELDS = ("dataset", "train_split", "eval_split", "validation_fraction", "selection_fraction", "seed")
 
 
 @dataclasses.dataclass
@@ -123,6 +126,14 @@ class TrainConfig:
             raise ValueError(f"selection_fraction must be in [0, 1); got {self.selection_fraction}.")
         if not (0.0 < self.crop_scale[0] <= self.crop_scale[1] <= 1.0):
             raise ValueError(f"crop_scale must be (low, high) with 0 < low <= high <= 1; got {self.crop_scale}.")
+
+    def data_split(self):
+        """The fields that decide which examples this run trains on and which it holds out, as a
+        plain dict (what an exported model records); a folder there is named by its absolute path."""
+        record = {name: getattr(self, name) for name in SPLIT_FIELDS}
+        if not (self.is_digits or self.dataset.startswith("tfds:")) and Path(self.dataset).is_dir():
+            record["dataset"] = str(Path(self.dataset).resolve())
+        return record
 
     @property
     def is_digits(self):

@@ -15,7 +15,7 @@ from keras_vit import names, progress, saving
 from keras_vit.checkpoints import known
 from keras_vit.training import datasets, multi_worker, pipeline, recipes
 from keras_vit.training.callbacks import AtomicCheckpoint, PeriodicBackupAndRestore, StopOnInterrupt, StopOnNaN
-from keras_vit.training.config import TrainConfig
+from keras_vit.training.config import SPLIT_FIELDS, TrainConfig
 from keras_vit.training.strategy import agree, batch_multiple, make_placement, this_process_only
 from keras_vit.transform import ImageTransform
 
@@ -231,22 +231,42 @@ def training_run(source):
     return None
 
 
-def data_config(dataset=None, split=None, run=None):
+def data_config(dataset=None, split=None, run=None, recorded=None):
     """The `TrainConfig` whose splits make `dataset`'s evaluation split ("digits", "tfds:NAME" or a
-    folder; None: the run's own), `split` replacing it: the config of `run` (a run directory)
-    when it trained on that data, so its seed and held-out shares pick the images training never
-    saw; else `train`'s defaults (seed 0)."""
-    own = load_run_config(run, data=not dataset) if run is not None else None
+    folder; None: the model's own), `split` replacing it. When the model's training data is known
+    and is that data, it is split as in training, so the seed and held-out shares pick the images
+    training never saw: from `run` (a run directory) or `recorded` (the `TrainConfig.data_split`
+    an exported model records). Otherwise `train`'s defaults (seed 0)."""
+    if run is not None:
+        own = load_run_config(run, data=not dataset)
+    elif recorded is not None:
+        own = TrainConfig.from_dict({name: recorded[name] for name in SPLIT_FIELDS if name in recorded})
+        if not dataset and not _readable(own.dataset):
+            raise ValueError(
+                f"the model was trained on the folder {own.dataset}, which is not there from here; "
+                "give the data's place (--dataset, or dataset=...)."
+            )
+    else:
+        own = None
     if own is not None and (not dataset or same_data(dataset, own.dataset)):
         if split == names.WHOLE_SPLIT:
             raise ValueError(
-                f"split {names.WHOLE_SPLIT!r} of the run's own data would count its training images; give the data "
-                "training never saw (dataset=..., --dataset)."
+                f"split {names.WHOLE_SPLIT!r} of the model's own training data would count its training images; give "
+                "the data training never saw (dataset=..., --dataset)."
             )
         c = dataclasses.replace(own, dataset=dataset or own.dataset)
-    else:
+    elif dataset:
         c = TrainConfig(dataset=dataset)
+    else:
+        raise ValueError(
+            "the model's training data is not known: say which data to evaluate on (dataset=..., --dataset)."
+        )
     return dataclasses.replace(c, eval_split=split) if split else c
+
+
+def _readable(dataset):
+    """Whether a dataset name can be read from here: a name, or a folder that is there."""
+    return dataset == "digits" or dataset.startswith("tfds:") or Path(dataset).is_dir()
 
 
 def same_data(dataset, other):
@@ -340,7 +360,7 @@ def load_run_config(run_dir, data=False):
     if not path.is_file():
         raise FileNotFoundError(f"{run_dir} is not a run directory (no {CONFIG_FILE}).")
     c = TrainConfig.from_dict(yaml.safe_load(path.read_text()))
-    if data and not (c.is_digits or c.dataset.startswith("tfds:") or Path(c.dataset).is_dir()):
+    if data and not _readable(c.dataset):
         raise ValueError(
             f"{run_dir} was trained on the folder {c.dataset}, which is not there from here; "
             "give the data's place (--dataset, or dataset=...)."

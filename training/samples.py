@@ -4,7 +4,7 @@ held-out arrays and a fine-tuning pipeline, made the way training and evaluation
 import numpy as np
 
 from keras_vit.training import datasets, pipeline
-from keras_vit.training.run import data_config, in_model_order, training_run
+from keras_vit.training.run import data_config, in_model_order, load_run_config, training_run
 
 
 def export_samples(model, source=None, dataset=None, calibration_size=200, eval_limit=2000):
@@ -15,12 +15,14 @@ def export_samples(model, source=None, dataset=None, calibration_size=200, eval_
 
     The held-out images pass through the model's own `image_transform`; `calibration_size`
     training images (shuffled with the run's seed) likewise; `train` is the run's augmented
-    training pipeline for quantisation-aware training, pruning and clustering."""
+    training pipeline for quantisation-aware training, pruning and clustering; `data_split` is
+    how the run split its data (None: no run), recorded in the exported files."""
     run = training_run(source)
     if not dataset and run is None:
         return None
     config = data_config(dataset, run=run).resolved()
     data = datasets.load(config)
+    trained_on = load_run_config(run).data_split() if run is not None else None
     size, num_classes = tuple(model.config.image_size), model.config.num_classes
     if len(data.class_names) != num_classes:
         raise ValueError(f"{config.dataset} has {len(data.class_names)} classes; the model has {num_classes}.")
@@ -45,14 +47,18 @@ def export_samples(model, source=None, dataset=None, calibration_size=200, eval_
         ),
         steps_per_epoch=max(1, data.num_train // batch),
         label_smoothing=config.label_smoothing or 0.0,
+        data_split=trained_on,
     )
 
 
-def held_out_images(dataset, class_names=None, split=None, source=None):
-    """The evaluation split of `dataset` ("digits", "tfds:NAME" or a folder) as the run of
-    `source` made it when it trained on that data, else as `train` makes it with the default
-    options, or `split` (as `evaluate`'s), for models that take images as they are (exported
-    files): `(examples, num_examples, data_class_names)`, `examples` an iterator of `(uint8
+def held_out_images(dataset=None, class_names=None, split=None, source=None, recorded=None):
+    """The evaluation split of `dataset` ("digits", "tfds:NAME" or a folder; None: the model's
+    own) for models that take images as they are (exported files): split as the model's
+    training split it when that is known and was this data — from `source` (a run directory or a
+    checkpoint in one) or `recorded` (the data split an exported model records, its
+    `data_split`) — else as `train` splits it by default; or `split` (as `evaluate`'s).
+    Returns `(examples, num_examples, data_class_names)`, `examples` an iterator of `(uint8
     image (H, W, 3), label)` NumPy pairs, the labels in `class_names`' order (None: the data's)."""
-    data = datasets.load(data_config(dataset, split, training_run(source)).resolved())
-    return in_model_order(data, class_names, dataset).as_numpy_iterator(), data.num_eval, list(data.class_names)
+    config = data_config(dataset, split, training_run(source), recorded).resolved()
+    data = datasets.load(config)
+    return in_model_order(data, class_names, config.dataset).as_numpy_iterator(), data.num_eval, list(data.class_names)
