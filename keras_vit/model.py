@@ -6,11 +6,12 @@ import numpy as np
 from keras_vit import distribution, jax_predict, presets
 from keras_vit import layers as vit_layers
 from keras_vit.config import ViTConfig
+from keras_vit.loops import WeightsKeptOnError
 from keras_vit.transform import ImageTransform
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
-class ViT(keras.Model):
+class ViT(WeightsKeptOnError, keras.Model):
     """Vision Transformer (Dosovitskiy et al., ICLR 2021), built from a `ViTConfig`.
 
     A functional model from images `(batch, H, W, C)` with pixel values in [0, 255] to
@@ -59,9 +60,9 @@ class ViT(keras.Model):
         _check_images(getattr(inputs, "shape", None), self.config)
         return super().call(inputs, training=training, mask=mask)
 
-    # Keras's loops on JAX clear the weights' values while a step runs; an error raised inside
-    # it (as a wrong image size is, when traced) would leave them cleared and the model unusable.
-    # So the images are checked before the loop starts.
+    # Images whose shape is known before the loop starts are checked there, with the message
+    # of `__call__`; others (a generator's, a PyDataset's) are checked when traced, and the
+    # weights survive the error (`WeightsKeptOnError`).
     def fit(self, x=None, *args, **kwargs):
         _check_images(_input_shape(x), self.config)
         return super().fit(x, *args, **kwargs)
@@ -306,11 +307,16 @@ def _check_class_names(class_names, num_classes):
 
 
 def _input_shape(x):
-    """The image batch shape of a `fit`/`evaluate`/`predict` input: an array's, or a tf.data
-    dataset's element spec (the images of an `(images, labels)` pair); None when unknown."""
+    """The image batch shape of a `fit`/`evaluate`/`predict` input: an array's (also alone in a
+    list or under the input's name, "images"), or a tf.data dataset's element spec (the images
+    of an `(images, labels)` pair); None when unknown."""
     spec = getattr(x, "element_spec", None)
     if spec is not None:
         x = spec[0] if isinstance(spec, (tuple, list)) else spec
+    if isinstance(x, (list, tuple)) and len(x) == 1:
+        x = x[0]
+    if isinstance(x, dict) and list(x) == ["images"]:
+        x = x["images"]
     shape = getattr(x, "shape", None)
     if shape is None or getattr(shape, "rank", 0) is None:  # TensorFlow's shape of unknown rank
         return None
@@ -339,7 +345,7 @@ def _check_images(shape, config):
         )
 
 
-class _AttentionProbabilities(keras.Model):
+class _AttentionProbabilities(WeightsKeptOnError, keras.Model):
     """Runs the encoder of a ViT's layers with attention outputs. (A functional graph cannot
     reuse layers whose first call returned a different structure, hence a subclass.)"""
 

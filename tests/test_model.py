@@ -304,7 +304,7 @@ def test_bad_images_name_the_fix(shape, message):
         model.predict(x, verbose=0)
     with pytest.raises(ValueError, match=message):  # the attention model behind rollout and inspect
         model.attention_probabilities(x)
-    # Checked before Keras's loops start (on JAX an error inside a step left the weights cleared)
+    # Checked before Keras's loops start
     model.compile(loss="mse")
     classes = model.config.num_classes
     labels = np.zeros((len(x), classes), "float32")
@@ -315,6 +315,50 @@ def test_bad_images_name_the_fix(shape, message):
     good = np.zeros((2, 32, 32, 3), "float32")
     assert model.predict(good, verbose=0).shape == (2, classes)
     assert model.resized(64).predict(np.zeros((1, 64, 64, 3), "float32"), verbose=0).shape == (1, classes)
+
+
+def test_a_loop_that_fails_leaves_the_model_its_weights():
+    """Inputs whose shape is known only when a batch comes (a generator, a PyDataset) fail inside
+    Keras's loop, where on JAX the variables' values are cleared while it runs: the model keeps
+    its weights, and a `fit` that fails after some steps keeps what those steps learned."""
+    model = keras_vit.ViT(tiny_config())
+    good = images(batch=2, seed=0)
+    reference = model.predict_on_batch(good)
+
+    class Batches(keras.utils.PyDataset):
+        def __len__(self):
+            return 2
+
+        def __getitem__(self, index):
+            return np.zeros((2, 48, 48, 3), "float32")
+
+    def wrong_size():
+        while True:
+            yield np.zeros((2, 48, 48, 3), "float32"), np.zeros((2, model.config.num_classes), "float32")
+
+    model.compile(keras.optimizers.SGD(0.1), "mse")
+    for call in (
+        lambda: model.predict(Batches(), verbose=0),
+        lambda: model.predict([np.zeros((2, 48, 48, 3), "float32")], verbose=0),
+        lambda: model.attention_probabilities(Batches()),
+        lambda: model.evaluate(wrong_size(), steps=1, verbose=0),
+        lambda: model.fit(wrong_size(), steps_per_epoch=1, verbose=0),
+    ):
+        with pytest.raises(ValueError, match="built for 32x32 images but got 48x48"):
+            call()
+        np.testing.assert_allclose(model.predict_on_batch(good), reference, atol=1e-6)
+
+    def failing_after_two_steps():
+        for _ in range(2):
+            yield images(batch=2, seed=1), np.ones((2, model.config.num_classes), "float32")
+        raise RuntimeError("the input failed")
+
+    steps = int(model.optimizer.iterations.numpy())
+    with pytest.raises(Exception, match="the input failed"):  # TensorFlow wraps it in an UnknownError
+        model.fit(failing_after_two_steps(), steps_per_epoch=4, verbose=0)
+    assert int(model.optimizer.iterations.numpy()) >= steps + 2  # (TensorFlow counts one more)
+    assert np.abs(model.predict_on_batch(good) - reference).max() > 1e-4  # the two steps' updates are kept
+    model.fit(good, np.ones((2, model.config.num_classes), "float32"), verbose=0)
 
 
 def test_patch_embedding_rejects_indivisible_input():
