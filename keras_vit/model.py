@@ -112,7 +112,7 @@ class ViT(WeightsKeptOnError, keras.Model):
         from keras_vit import checkpoints
 
         read = checkpoints.open_checkpoint(source)
-        model = cls(ViTConfig(**{**read.fields, **overrides}), dtype=dtype)
+        model = cls(ViTConfig(**checkpoints.architecture(read.fields, overrides, source)), dtype=dtype)
         checkpoints.assign(model, read.weights, f"{source} ({read.kind})")
         checkpoints.adopt_class_names(model, read)
         return model

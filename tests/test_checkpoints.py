@@ -398,7 +398,8 @@ def _timm_state_dict(model):
             "mlp/fc2/bias": "mlp.fc2.bias",
         }
         for ours, theirs in pairs.items():
-            t[timm_name + theirs] = w[keras_name + ours]
+            if keras_name + ours in w:  # (no q/k/v biases when qkv_bias=False)
+                t[timm_name + theirs] = w[keras_name + ours]
         for ours, theirs in {
             "attention/qkv": "attn.qkv",
             "attention/out": "attn.proj",
@@ -418,8 +419,28 @@ def test_timm_file_of_any_width_loads_into_a_built_model(tmp_path):
     target = keras_vit.ViT(tiny_config())
     keras_vit.load_weights(target, tmp_path / "w64.safetensors")
     np.testing.assert_allclose(_logits(target, images()), _logits(source, images()), atol=1e-6)
-    with pytest.raises(CheckpointError, match="do not store the head count; width 64"):
+    with pytest.raises(CheckpointError, match="does not store the head count .* its width 64 is no paper variant's"):
         keras_vit.ViT.from_checkpoint(tmp_path / "w64.safetensors")  # inferring the model does need it
+    built = keras_vit.ViT.from_checkpoint(tmp_path / "w64.safetensors", num_heads=4)  # as the message says
+    np.testing.assert_allclose(_logits(built, images()), _logits(source, images()), atol=1e-6)
+
+
+def test_timm_variants_load_or_are_named(tmp_path):
+    """A timm ViT without q/k/v biases loads as one (`qkv_bias=False`); register tokens and
+    fc_norm, which keras_vit's ViT does not have, are named instead of a missing tensor."""
+    source = perturb(keras_vit.ViT(tiny_config(hidden_size=192, num_heads=3, qkv_bias=False)))
+    state = _timm_state_dict(source)
+    _write_safetensors(tmp_path / "no_bias.safetensors", state)
+    model = keras_vit.ViT.from_checkpoint(tmp_path / "no_bias.safetensors")
+    assert model.config.qkv_bias is False and model.config.num_heads == 3
+    np.testing.assert_allclose(_logits(model, images()), _logits(source, images()), atol=1e-5)
+    for extra, message in (
+        ({"reg_token": np.zeros((1, 4, 192), "float32")}, "register tokens"),
+        ({"fc_norm.weight": np.ones(192, "float32"), "fc_norm.bias": np.zeros(192, "float32")}, "fc_norm"),
+    ):
+        _write_safetensors(tmp_path / "variant.safetensors", {**state, **extra})
+        with pytest.raises(CheckpointError, match=f"a timm ViT with {message}.* is not supported"):
+            keras_vit.ViT.from_checkpoint(tmp_path / "variant.safetensors")
 
 
 def test_known_name_builds_the_model_its_checkpoint_was_trained_as(tmp_path, monkeypatch, caplog):

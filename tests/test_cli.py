@@ -249,6 +249,16 @@ def test_convert_reads_the_architecture_off_the_checkpoint(tmp_path, capsys):
         == 0
     )
     assert keras.saving.load_model(out).config.image_size == (64, 64)
+    # A timm file stores no head count; at a width no paper variant has, --num-heads gives it.
+    from test_checkpoints import _timm_state_dict, _write_safetensors
+
+    _write_safetensors(tmp_path / "w64.safetensors", _timm_state_dict(source))
+    capsys.readouterr()
+    assert main(["convert", str(tmp_path / "w64.safetensors"), str(out), "--overwrite"]) == 2
+    assert "pass num_heads (num_heads=..., --num-heads) or a preset" in capsys.readouterr().err
+    assert main(["convert", str(tmp_path / "w64.safetensors"), str(out), "--overwrite", "--num-heads", "4"]) == 0
+    converted = keras.saving.load_model(out)
+    np.testing.assert_allclose(np.asarray(converted(images())), np.asarray(source(images())), atol=1e-5)
 
 
 @pytest.mark.parametrize(

@@ -401,7 +401,11 @@ def _model_config(c, num_classes):
         base = keras_vit.checkpoints.config_fields(c.weights)
     # The checkpoint's head and pre-logits give way to a new zero head, as the paper fine-tunes.
     base = {k: v for k, v in base.items() if k not in ("num_classes", "representation_size")}
-    fields = {**base, **c.model, "num_classes": num_classes}
+    overrides = {**c.model, "num_classes": num_classes}
+    if c.weights and not c.preset:
+        fields = keras_vit.checkpoints.architecture(base, overrides, c.weights)
+    else:
+        fields = {**base, **overrides}
     config = keras_vit.get_config(c.preset, **fields) if c.preset else keras_vit.ViTConfig(**fields)
     keras_vit.distribution.check_model_parallel(config, c.model_parallel)
     return config

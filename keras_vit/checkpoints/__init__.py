@@ -23,6 +23,7 @@ from keras_vit.presets import PRESETS
 __all__ = [
     "CheckpointError",
     "KNOWN_CHECKPOINTS",
+    "architecture",
     "config_fields",
     "list_checkpoints",
     "load_weights",
@@ -116,8 +117,21 @@ def adopt_class_names(model, checkpoint):
 
 
 def config_fields(source):
-    """The ViTConfig fields a checkpoint implies (sizes, depth, heads, head, ...)."""
+    """The ViTConfig fields a checkpoint implies (sizes, depth, heads, head, ...); `num_heads`
+    is None where the checkpoint does not say (a timm file of a width no paper variant has)."""
     return read_checkpoint(source)[1]
+
+
+def architecture(fields, overrides, source):
+    """A checkpoint's config `fields` with `overrides` (ViTConfig fields) over them; a
+    CheckpointError when the head count is known from neither."""
+    merged = {**fields, **overrides}
+    if merged.get("num_heads") is None:
+        raise CheckpointError(
+            f"{source} does not store the head count (timm files do not) and its width {merged['hidden_size']} is "
+            "no paper variant's: pass num_heads (num_heads=..., --num-heads) or a preset."
+        )
+    return merged
 
 
 def load_weights(model, source):

@@ -4,10 +4,13 @@ Linear weights are `(out, in)` and become Keras `(in, out)` kernels; Conv2d weig
 and become HWIO. timm's fused `attn.qkv` is already `[q | k | v]`, as keras_vit's is.
 """
 
+import logging
 import re
 
 from keras_vit.checkpoints.files import CheckpointError
 from keras_vit.checkpoints.official import image_size
+
+logger = logging.getLogger("keras_vit")
 
 # timm does not store the head count; these are the widths of the paper's variants.
 HEADS_BY_WIDTH = {192: 3, 384: 6, 768: 12, 1024: 16, 1280: 16}
@@ -83,18 +86,22 @@ def to_keras(tensors):
 
 
 def config_fields(tensors):
-    """ViTConfig fields read off a timm state dict (heads from the width; see HEADS_BY_WIDTH)."""
+    """ViTConfig fields read off a timm state dict. timm does not store the head count: it is
+    that of the paper's variant of the width (HEADS_BY_WIDTH; logged), None at other widths."""
+    for name, what in (("reg_token", "register tokens (reg_tokens)"), ("fc_norm.weight", "fc_norm")):
+        if name in tensors:
+            raise CheckpointError(
+                f"a timm ViT with {what} is not supported: keras_vit's ViT has no "
+                + ("register tokens." if name == "reg_token" else "LayerNorm after the pooling (global_pool='avg').")
+            )
     kernel = tensors["patch_embed.proj.weight"]  # (D, C, P, P)
     width = kernel.shape[0]
-    if width not in HEADS_BY_WIDTH:
-        raise CheckpointError(
-            f"timm checkpoints do not store the head count; width {width} is not a "
-            "known variant: pass a preset or num_heads."
-        )
+    if width in HEADS_BY_WIDTH:
+        logger.info("keras_vit: timm checkpoint of width %d: %d heads assumed", width, HEADS_BY_WIDTH[width])
     depth = len({m.group(1) for k in tensors if (m := re.match(r"blocks\.(\d+)\.", k))})
     fields = dict(
         hidden_size=width,
-        num_heads=HEADS_BY_WIDTH[width],
+        num_heads=HEADS_BY_WIDTH.get(width),
         patch_size=tuple(kernel.shape[2:]),
         channels=kernel.shape[1],
         num_layers=depth,
@@ -102,6 +109,8 @@ def config_fields(tensors):
         classifier="token" if "cls_token" in tensors else "gap",
         num_classes=tensors["head.bias"].shape[0] if "head.bias" in tensors else 0,
     )
+    if "blocks.0.attn.qkv.bias" not in tensors:
+        fields["qkv_bias"] = False
     if "blocks.0.ls1.gamma" in tensors:
         fields["layer_scale_init"] = 1e-5
     stride = 1
