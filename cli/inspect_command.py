@@ -1,5 +1,6 @@
 """`keras-vit inspect`: all of the paper's inspection figures of one model."""
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -36,19 +37,24 @@ def run(args):
     transform = model.image_transform  # as the model is evaluated
     if args.images:
         pixels = np.stack([image_io.load_image(p, transform)[0] for p in args.images])
+        image_names = [Path(p).name for p in args.images]
     else:
-        pixels = np.stack([image_io.load_image(None, transform, sample=n)[0] for n in ("china.jpg", "flower.jpg")])
+        image_names = ["china.jpg", "flower.jpg"]
+        pixels = np.stack([image_io.load_image(None, transform, sample=n)[0] for n in image_names])
     ext = args.format
-    written = [
-        plot.patch_components(*inspect.patch_embedding_components(model), out / f"patch_embedding_components.{ext}"),
+    written = []
+    if model.config.resnet_layers is None:
+        components = inspect.patch_embedding_components(model)
+        written.append(plot.patch_components(*components, out / f"patch_embedding_components.{ext}"))
+    else:
+        print("keras-vit inspect: note: a hybrid embeds ResNet features, not pixels: no patch_embedding_components", file=sys.stderr)
+    written += [
         plot.position_similarity(inspect.position_embedding_similarity(model), out / f"position_similarity.{ext}"),
         plot.attention_distance(inspect.model_attention_distance(model, pixels), out / f"attention_distance.{ext}"),
+        plot.heatmap_overlays(
+            pixels, inspect.rollout_maps(model, pixels), out / f"rollout.{ext}", "attention rollout", image_names
+        ),
+        plot.class_token_attention(inspect.class_token_attention(model, pixels), out / f"class_token_attention.{ext}"),
     ]
-    written.append(
-        plot.heatmap_overlays(pixels, inspect.rollout_maps(model, pixels), out / f"rollout.{ext}", "attention rollout")
-    )
-    written.append(
-        plot.class_token_attention(inspect.class_token_attention(model, pixels), out / f"class_token_attention.{ext}")
-    )
     for path in written:
         print(f"wrote {path}")

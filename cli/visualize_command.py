@@ -69,10 +69,22 @@ def run(args):
             classes = label_names(args.model, model)
             named = classes != index_names(model.config.num_classes)
             predicted = np.argmax(model.predict(pixels, verbose=0), axis=-1)
-            labels = [f"{n} (class {c}{f': {classes[c]}' if named else ''})" for n, c in zip(image_names, predicted)]
+            labels = map_labels(image_names, predicted, classes if named else None, args.class_index)
         outs = [plot.heatmap_overlays(pixels, maps, args.out, title, labels)]
     for out in outs:
         print(f"wrote {out}")
+
+
+def map_labels(image_names, predicted, class_names=None, class_index=None):
+    """Each heat map's title: the image and the class the map explains, the predicted one or
+    `class_index` (then the prediction beside it); `class_names` (None: indices only)."""
+
+    def described(c):
+        return f"class {c}" + (f": {class_names[c]}" if class_names else "")
+
+    if class_index is None:
+        return [f"{n} ({described(c)})" for n, c in zip(image_names, predicted)]
+    return [f"{n} ({described(class_index)}; predicted {described(c)})" for n, c in zip(image_names, predicted)]
 
 
 def _numbered(path, index, count):

@@ -107,8 +107,13 @@ def patch_embedding_components(model, count=28):
     """Principal components of the linear patch-embedding filters.
 
     Returns `(components, explained)`: `count` components shaped like one filter
-    `(P, P, channels)`, and the fraction of variance each explains.
+    `(P, P, channels)`, and the fraction of variance each explains. A hybrid's embedding reads
+    ResNet features, not pixels, so it has no such filters (a ValueError).
     """
+    if model.config.resnet_layers is not None:
+        raise ValueError(
+            "a hybrid ViT embeds ResNet features, not image patches: its embedding filters are not pixel filters."
+        )
     kernel = keras.ops.convert_to_numpy(model.get_layer("patch_embedding").projection.kernel).astype(np.float64)
     filters = kernel.reshape(-1, kernel.shape[-1]).T  # (D, P*P*C): one row per filter
     filters -= filters.mean(axis=0)

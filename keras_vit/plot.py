@@ -118,7 +118,7 @@ def position_similarity(similarity, path):
 
 
 def patch_components(components, explained, path):
-    """The principal components of the patch-embedding filters as RGB tiles (Figure 7 left)."""
+    """The principal components of the patch-embedding filters as image tiles (Figure 7 left)."""
     plt = _pyplot()
     components = np.asarray(components)
     count = len(components)
@@ -133,5 +133,6 @@ def patch_components(components, explained, path):
         tile = (tile - tile.min()) / max(tile.max() - tile.min(), 1e-12)
         ax.imshow(tile if tile.shape[-1] == 3 else tile[..., 0], cmap=None if tile.shape[-1] == 3 else "gray")
         ax.set_title(f"PC {k + 1} ({100 * explained[k]:.1f}%)", fontsize=7)
-    fig.suptitle("RGB embedding filters: first principal components")
+    kind = "RGB" if components.shape[-1] == 3 else f"{components.shape[-1]}-channel"
+    fig.suptitle(f"{kind} embedding filters: first principal components")
     return _save(fig, path)

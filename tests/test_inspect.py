@@ -53,6 +53,9 @@ def test_position_similarity_and_patch_components():
     flat = components.reshape(28, -1)
     np.testing.assert_allclose(flat @ flat.T, np.eye(28), atol=1e-8)  # orthonormal directions
     assert np.all(np.diff(explained) <= 1e-12) and 0 < explained.sum() <= 1
+    hybrid = keras_vit.ViT(tiny_config(resnet_layers=(1, 1), resnet_width=32, patch_size=1))
+    with pytest.raises(ValueError, match="a hybrid ViT embeds ResNet features, not image patches"):
+        inspect.patch_embedding_components(hybrid)
 
 
 @pytest.fixture(scope="module")
@@ -210,6 +213,14 @@ def test_visualize_command(digits_model, tmp_path, capsys, method):
     assert len(written) == (2 if method == "attention" else 1)
     for path in written:
         assert Image.open(path).size[0] > 300
+
+
+def test_a_heat_maps_title_names_the_class_it_explains():
+    from keras_vit_cli.visualize_command import map_labels
+
+    assert map_labels(["a.png", "b.png"], [8, 3]) == ["a.png (class 8)", "b.png (class 3)"]
+    named = [f"digit {i}" for i in range(10)]
+    assert map_labels(["a.png"], [8], named, class_index=0) == ["a.png (class 0: digit 0; predicted class 8: digit 8)"]
 
 
 @pytest.mark.tensorflow_only
