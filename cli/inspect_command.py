@@ -47,7 +47,8 @@ def run(args):
         components = inspect.patch_embedding_components(model)
         written.append(plot.patch_components(*components, out / f"patch_embedding_components.{ext}"))
     else:
-        print("keras-vit inspect: note: a hybrid embeds ResNet features, not pixels: no patch_embedding_components", file=sys.stderr)
+        note = "a hybrid embeds ResNet features, not pixels: no patch_embedding_components"
+        print(f"keras-vit inspect: note: {note}", file=sys.stderr)
     written += [
         plot.position_similarity(inspect.position_embedding_similarity(model), out / f"position_similarity.{ext}"),
         plot.attention_distance(inspect.model_attention_distance(model, pixels), out / f"attention_distance.{ext}"),
