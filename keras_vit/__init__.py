@@ -7,7 +7,7 @@ prefer_onednn()  # before Keras loads TensorFlow
 from keras_vit import checkpoints, distribution, layers, saving
 from keras_vit.checkpoints import CheckpointError, list_checkpoints, load_weights, save_npz
 from keras_vit.config import ViTConfig
-from keras_vit.model import ViT, count_params
+from keras_vit.model import ViT, ViTFeatures, count_params
 from keras_vit.presets import describe_preset, get_config, list_presets
 from keras_vit.resample import resample_position_embeddings
 
@@ -22,6 +22,7 @@ __all__ = [
     "save_npz",
     "saving",
     "ViT",
+    "ViTFeatures",
     "ViTConfig",
     "count_params",
     "describe_preset",

@@ -1,5 +1,7 @@
 """`ViT`: the Vision Transformer as a functional `keras.Model`."""
 
+import types
+
 import keras
 import numpy as np
 
@@ -10,8 +12,34 @@ from keras_vit.loops import WeightsKeptOnError
 from keras_vit.transform import ImageTransform
 
 
+class _ImagesChecked(WeightsKeptOnError):
+    """`__call__`, `fit`, `evaluate` and `predict` that check the images against the model's
+    `_image_spec()` (its `image_size` and `channels`) first, with messages that name the fix.
+
+    `__call__` runs before Keras's own input-spec check (ViT's `call` checks too: stateless JAX
+    execution reaches it without `__call__`). Images whose shape is known before the loop starts
+    are checked there; others (a generator's, a PyDataset's) when traced, and the weights survive
+    the error (`WeightsKeptOnError`)."""
+
+    def __call__(self, images, *args, **kwargs):
+        _check_images(getattr(images, "shape", None), self._image_spec())
+        return super().__call__(images, *args, **kwargs)
+
+    def fit(self, x=None, *args, **kwargs):
+        _check_images(_input_shape(x), self._image_spec())
+        return super().fit(x, *args, **kwargs)
+
+    def evaluate(self, x=None, *args, **kwargs):
+        _check_images(_input_shape(x), self._image_spec())
+        return super().evaluate(x, *args, **kwargs)
+
+    def predict(self, x, *args, **kwargs):
+        _check_images(_input_shape(x), self._image_spec())
+        return super().predict(x, *args, **kwargs)
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
-class ViT(WeightsKeptOnError, keras.Model):
+class ViT(_ImagesChecked, keras.Model):
     """Vision Transformer (Dosovitskiy et al., ICLR 2021), built from a `ViTConfig`.
 
     A functional model from images `(batch, H, W, C)` with pixel values in [0, 255] to
@@ -50,30 +78,12 @@ class ViT(WeightsKeptOnError, keras.Model):
         self._attention_model = None
         self._stateless_predict = None
 
-    # Checked in both: `__call__` runs before Keras's own input-spec check, and `call` is
-    # what stateless (JAX) execution reaches without `__call__`.
-    def __call__(self, images, *args, **kwargs):
-        _check_images(getattr(images, "shape", None), self.config)
-        return super().__call__(images, *args, **kwargs)
+    def _image_spec(self):
+        return self.config
 
     def call(self, inputs, training=None, mask=None):
         _check_images(getattr(inputs, "shape", None), self.config)
         return super().call(inputs, training=training, mask=mask)
-
-    # Images whose shape is known before the loop starts are checked there, with the message
-    # of `__call__`; others (a generator's, a PyDataset's) are checked when traced, and the
-    # weights survive the error (`WeightsKeptOnError`).
-    def fit(self, x=None, *args, **kwargs):
-        _check_images(_input_shape(x), self.config)
-        return super().fit(x, *args, **kwargs)
-
-    def evaluate(self, x=None, *args, **kwargs):
-        _check_images(_input_shape(x), self.config)
-        return super().evaluate(x, *args, **kwargs)
-
-    def predict(self, x, *args, **kwargs):
-        _check_images(_input_shape(x), self.config)
-        return super().predict(x, *args, **kwargs)
 
     def predict_on_batch(self, x):
         """Logits of one batch as NumPy. On the JAX backend this runs a jitted stateless call
@@ -162,7 +172,7 @@ class ViT(WeightsKeptOnError, keras.Model):
         if pooled:
             embedding = parts.pooling(parts.encoder_norm(x))
             outputs["pooled"] = parts.pre_logits(embedding) if parts.pre_logits is not None else embedding
-        return keras.Model(images, outputs, name=f"{self.name}_features")
+        return ViTFeatures(images, outputs, name=f"{self.name}_features")
 
     def attention_model(self):
         """A model sharing this one's weights: images -> list of L attention probabilities,
@@ -343,6 +353,16 @@ def _check_images(shape, config):
             f"{size[0]}x{size[1]}; resize the images, or use model.resized({tuple(size)}) to get a "
             f"model for that size with resampled position embeddings."
         )
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class ViTFeatures(_ImagesChecked, keras.Model):
+    """The functional model `ViT.feature_model` returns: images -> a dict of features, checked
+    as a ViT checks its images."""
+
+    def _image_spec(self):
+        shape = self.inputs[0].shape
+        return types.SimpleNamespace(image_size=tuple(shape[1:3]), channels=shape[3])
 
 
 class _AttentionProbabilities(WeightsKeptOnError, keras.Model):

@@ -443,8 +443,14 @@ def test_feature_model_gives_maps_and_the_pooled_embedding_for_downstream_heads(
     assert list(only_first.output) == ["block_0"] and len(only_first.layers) < len(features.layers)
     path = tmp_path / "features.keras"
     features.save(path)
-    reloaded = keras.saving.load_model(path)
+    reloaded = keras.saving.load_model(path, safe_mode=True)
+    assert isinstance(reloaded, keras_vit.ViTFeatures)
     np.testing.assert_allclose(keras.ops.convert_to_numpy(reloaded(x)["block_1"]), out["block_1"], atol=1e-6)
+    for wrong in (features, reloaded):  # images of another size: the model's own message, as a ViT's
+        with pytest.raises(ValueError, match=r"built for 32x32 images but got 48x48.*model.resized"):
+            wrong(images(size=(48, 48)))
+        with pytest.raises(ValueError, match=r"built for 32x32 images but got 48x48"):
+            wrong.predict(images(size=(48, 48)), verbose=0)
     maps = model.feature_model(blocks=(-1,), pooled=False)
     masks = keras.layers.Conv2D(3, 1, name="mask_head")(maps.output["block_1"])
     segmenter = keras.Model(maps.input, masks)
