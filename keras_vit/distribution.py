@@ -57,15 +57,17 @@ def training_memory(config, batch_per_device, model_parallel=1):
     State: weights, gradients and AdamW's two moments, 16 bytes per parameter; the blocks'
     split kernels (see `SHARDED`) count 1/`model_parallel`. Activations: what the backward pass
     keeps per example, 4 bytes per element: per block the two LayerNorms' inputs and outputs
-    (4 x tokens x width, replicated), q, k, v, the attention context and the MLP's two hidden
-    activations (12 x tokens x width) and the attention probabilities (heads x tokens^2), the
-    last two split over the model axis; plus the image and the patch embeddings."""
+    (4 x tokens x width, replicated), q, k, v and the attention context (4 x tokens x width),
+    the MLP's two hidden activations (2 x tokens x mlp_dim) and the attention probabilities
+    (heads x tokens^2), the last three split over the model axis; plus the image and the patch
+    embeddings."""
     if config.resnet_layers is not None:
         raise ValueError("training_memory covers plain ViTs, not the ResNet hybrid.")
     split, replicated = parameter_counts(config)
-    tokens, width = config.num_patches + 1, config.hidden_size
+    tokens, width = config.num_patches + config.num_prefix_tokens, config.hidden_size
     height, image_width = config.image_size
-    block = 4 * tokens * width + (12 * tokens * width + config.num_heads * tokens**2) / model_parallel
+    sharded = 4 * tokens * width + 2 * tokens * config.mlp_dim + config.num_heads * tokens**2
+    block = 4 * tokens * width + sharded / model_parallel
     elements = config.num_layers * block + config.channels * height * image_width + 2 * tokens * width
     return {
         "state": 16 * (replicated + split / model_parallel),
@@ -81,7 +83,8 @@ def parameter_counts(config):
     if config.layer_scale_init is not None:
         per_block_other += 2 * d
     patch = config.patch_size[0] * config.patch_size[1] * config.channels * d + d
-    other = patch + d + (config.num_patches + 1) * d + layers * per_block_other + 2 * d
+    prefix = config.num_prefix_tokens  # the class token, and its position embedding
+    other = patch + prefix * d + (config.num_patches + prefix) * d + layers * per_block_other + 2 * d
     if config.representation_size:
         other += d * config.representation_size + config.representation_size
         d = config.representation_size
