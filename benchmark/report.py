@@ -71,8 +71,9 @@ def markdown(result):
     ]
     precisions = result.get("precisions", list(BOTH))  # results written before --precisions ran both
     if result.get("cases") is not None or len(precisions) < len(BOTH):
-        named = ", ".join(repr(c) for c in result["cases"]) if result.get("cases") else "any"
-        lines += ["", f"Selected cases: names containing {named}; precisions: {', '.join(precisions)}."]
+        cases = result.get("cases")
+        named = "names containing " + ", ".join(repr(c) for c in cases) if cases else "all"
+        lines += ["", f"Selected cases: {named}; precisions: {', '.join(precisions)}."]
     for note in result.get("notes", []):
         lines += ["", note]
     gpu = info.get("accelerator")

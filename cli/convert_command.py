@@ -32,7 +32,7 @@ def run(args):
 
     output = Path(args.output)
     if output.suffix != ".keras":
-        raise CommandError(f"the output must be a .keras file; got {output}.")
+        raise CommandError(f"the output must be a .keras file; got {args.output}.")
     if output.exists() and not args.overwrite:
         raise CommandError(f"{output} exists; pass --overwrite to replace it.")
     overrides = model_overrides(args)

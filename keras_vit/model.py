@@ -223,6 +223,13 @@ class _Parts:
 
     def __init__(self, config, dtype):
         c, d = config, dtype
+        if isinstance(d, str):
+            try:
+                keras.dtype_policies.get(d)
+            except ValueError:
+                raise ValueError(
+                    f"unknown dtype policy {d!r}; use float32, mixed_bfloat16, mixed_float16, bfloat16 or float16."
+                ) from None
         self.config = c
         self.normalization = (
             vit_layers.ImageNormalization(c.input_mean, c.input_std, dtype=d, name="normalization")

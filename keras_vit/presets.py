@@ -2,7 +2,7 @@
 
 import difflib
 
-from keras_vit.config import ViTConfig
+from keras_vit.config import ViTConfig, check_fields
 
 _TI = dict(hidden_size=192, num_layers=12, num_heads=3, mlp_dim=768)
 _S = dict(hidden_size=384, num_layers=12, num_heads=6, mlp_dim=1536)
@@ -42,6 +42,7 @@ def describe_preset(name):
 
 def get_config(name, **overrides):
     """The `ViTConfig` of preset `name`, with any config field overridden."""
+    check_fields(ViTConfig, overrides, "ViTConfig field")
     return ViTConfig(**{**PRESETS[_check_name(name)][1], **overrides})
 
 

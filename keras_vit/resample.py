@@ -32,6 +32,8 @@ def resample_position_embeddings(posemb, new_grid, old_grid=None, num_prefix_tok
     if posemb.ndim != 3 or posemb.shape[0] != 1:
         raise ValueError(f"position embedding must be (1, tokens, D) or (tokens, D); got {posemb.shape}.")
     new_grid = (new_grid, new_grid) if isinstance(new_grid, int) else tuple(new_grid)
+    if len(new_grid) != 2 or not all(isinstance(n, (int, np.integer)) and n > 0 for n in new_grid):
+        raise ValueError(f"new_grid must be positive (rows, cols) or one positive int; got {new_grid}.")
     prefix, grid = posemb[:, :num_prefix_tokens], posemb[0, num_prefix_tokens:]
     if old_grid is None:
         side = int(round(np.sqrt(grid.shape[0])))

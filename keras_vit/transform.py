@@ -39,6 +39,12 @@ class ImageTransform:
         return cls(config.image_size, config.crop_fraction, config.interpolation)
 
     def __call__(self, images):
+        rank = getattr(getattr(images, "shape", None), "rank", None) or len(getattr(images, "shape", ()) or ()) or None
+        if rank is not None and rank not in (3, 4):
+            raise ValueError(
+                f"an image is (height, width, channels) and a batch (batch, height, width, channels); got shape "
+                f"{tuple(images.shape)} (a grayscale image takes a channel axis: image[..., None])."
+            )
         for layer in self._layers:
             images = layer(images)
         return images

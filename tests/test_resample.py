@@ -15,6 +15,13 @@ def test_same_grid_is_identity_and_prefix_is_kept():
     np.testing.assert_array_equal(out[:, :1], posemb[:, :1])
 
 
+def test_a_grid_of_no_rows_is_refused():
+    posemb = np.zeros((1, 17, 8), "float32")
+    for grid in ((0, 4), (4, -1), 0, (4,)):
+        with pytest.raises(ValueError, match="new_grid must be positive"):
+            resample_position_embeddings(posemb, grid)
+
+
 def test_bilinear_reproduces_an_affine_grid_and_constants():
     rows, cols = np.meshgrid(np.arange(4.0), np.arange(4.0), indexing="ij")
     grid = np.stack([np.ones_like(rows), 2 * rows + 3 * cols], axis=-1).reshape(1, 16, 2)

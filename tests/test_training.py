@@ -1140,6 +1140,12 @@ def test_predict_reads_an_iterable_one_chunk_at_a_time(tmp_path, monkeypatch):
     rest = list(results)
     assert len(read) == 5 and [first, *rest] == predict(path, pictures, top_k=2)
     assert all(len(top) == 2 and top[0][1] >= top[1][1] for top in rest)
+    # Grayscale arrays, with or without a channel axis, are read as RGB ones.
+    gray = pictures[..., 0]
+    rgb = predict(path, np.repeat(gray[..., None], 3, axis=-1), top_k=2)
+    assert predict(path, gray, top_k=2) == predict(path, list(gray[..., None]), top_k=2) == rgb
+    with pytest.raises(ValueError, match=r"an image is \(height, width, channels\).*got shape \(30,\)"):
+        predict(path, [gray[0][:, 0]])
 
 
 def test_the_run_says_how_the_backend_executes_its_step(monkeypatch):

@@ -299,7 +299,8 @@ def in_model_order(data_source, class_names, dataset):
 
 def predict(source, images, top_k=5, labels=None, crop=None):
     """Top-k `(label, probability)` lists for `images` (uint8/float `(N, H, W, 3)`, or any
-    iterable of `(H, W, 3)` images of any size), in order.
+    iterable of `(H, W, 3)` images of any size; grayscale `(H, W)` or `(H, W, 1)` ones are read
+    as RGB), in order.
 
     `source`: a run directory, a `.keras` file or a checkpoint; `labels`: a file or list of
     class names (default: the run's `labels.txt`, else the model's `class_names`, else class
@@ -323,7 +324,12 @@ def iter_predict(source, images, top_k=5, labels=None, crop=None):
         transform = ImageTransform(model.config.image_size, crop, model.config.interpolation)
     chunk = []
     for image in images:
-        chunk.append(keras.ops.convert_to_numpy(transform(np.asarray(image))))
+        image = np.asarray(image)
+        if image.ndim == 2:  # grayscale without a channel axis
+            image = image[..., None]
+        if image.ndim == 3 and image.shape[-1] == 1 and model.config.channels == 3:  # as image files are read
+            image = np.repeat(image, 3, axis=-1)
+        chunk.append(keras.ops.convert_to_numpy(transform(image)))
         if len(chunk) == PREDICT_CHUNK:
             yield from _top_k(model, np.stack(chunk), names, top_k)
             chunk = []

@@ -17,6 +17,7 @@ from keras_vit.checkpoints import huggingface, official, timm
 from keras_vit.checkpoints.assign import assign, export
 from keras_vit.checkpoints.files import CheckpointError, read_tensors, write_npz
 from keras_vit.checkpoints.known import KNOWN_CHECKPOINTS, fetch
+from keras_vit.config import ViTConfig, check_fields
 from keras_vit.names import RUN_CHECKPOINTS
 from keras_vit.presets import PRESETS
 
@@ -125,6 +126,7 @@ def config_fields(source):
 def architecture(fields, overrides, source):
     """A checkpoint's config `fields` with `overrides` (ViTConfig fields) over them; a
     CheckpointError when the head count is known from neither."""
+    check_fields(ViTConfig, overrides, "ViTConfig field")
     merged = {**fields, **overrides}
     if merged.get("num_heads") is None:
         raise CheckpointError(

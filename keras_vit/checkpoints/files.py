@@ -70,7 +70,9 @@ def read_npz(path):
         with np.load(path, allow_pickle=False) as archive:
             return {name: _as_float32(archive[name]) for name in archive.files}
     except (zipfile.BadZipFile, EOFError, OSError, ValueError, KeyError) as error:
-        raise CheckpointError(f"{path}: corrupt or truncated .npz file ({error}).") from None
+        # NumPy takes a file that is no zip archive (nor .npy) for a pickle, and says so.
+        why = "not a zip archive of arrays" if "contains pickled" in str(error) else str(error)
+        raise CheckpointError(f"{path}: corrupt or truncated .npz file ({why}).") from None
 
 
 def read_safetensors(path):
