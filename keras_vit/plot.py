@@ -45,14 +45,13 @@ def heatmap_overlays(images, maps, path, title, labels=None):
     for i, (image, heat) in enumerate(zip(images, maps)):
         name = labels[i] if labels else f"image {i}"
         axes[i, 0].imshow(np.clip(image, 0, 255).astype("uint8"))
-        axes[i, 0].set_title(name)
+        axes[i, 0].set_title(name, fontsize=9)
         axes[i, 1].imshow(np.clip(image, 0, 255).astype("uint8"))
         shown = axes[i, 1].imshow(heat, cmap="jet", alpha=0.5, vmin=0, vmax=1)
-        axes[i, 1].set_title(f"{name}: {title}")
+        axes[i, 1].set_title(title, fontsize=9)
         fig.colorbar(shown, ax=axes[i, 1], fraction=0.046, pad=0.04, label="relevance (0-1)")
         for ax in axes[i]:
             ax.axis("off")
-    fig.suptitle(title)
     return _save(fig, path)
 
 
