@@ -79,7 +79,8 @@ def test_installed_command_trains_and_exports(installed):
     assert "| vit_int8.tflite |" in exported.stdout
     assert (home / "serving" / "vit" / "1" / "saved_model.pb").is_file()
     # tensorflow-serving-api is not in the extras: the SavedModel comes without warm-up requests, said in one line
-    assert not (home / "serving" / "vit" / "1" / "assets.extra").exists()
+    extra = home / "serving" / "vit" / "1" / "assets.extra"
+    assert sorted(p.name for p in extra.iterdir()) == ["data_split.json"]  # the run's split only
     assert "pip install --no-deps tensorflow-serving-api" in exported.stderr
     # tf-keras and tfmot are not either: one line naming what to install, no traceback
     pruned = run(keras_vit, "export", home / "run", "--tflite", home / "pruned", "--prune", "0.5", env=env, expect=2)
