@@ -342,7 +342,7 @@ def test_a_loop_that_fails_leaves_the_model_its_weights():
         lambda: model.predict([np.zeros((2, 48, 48, 3), "float32")], verbose=0),
         lambda: model.attention_probabilities(Batches()),
         lambda: model.evaluate(wrong_size(), steps=1, verbose=0),
-        lambda: model.fit(wrong_size(), steps_per_epoch=1, verbose=0),
+        lambda: model.fit(wrong_size(), steps_per_epoch=1, shuffle=False, verbose=0),
     ):
         with pytest.raises(ValueError, match="built for 32x32 images but got 48x48"):
             call()
@@ -355,7 +355,7 @@ def test_a_loop_that_fails_leaves_the_model_its_weights():
 
     steps = int(model.optimizer.iterations.numpy())
     with pytest.raises(Exception, match="the input failed"):  # TensorFlow wraps it in an UnknownError
-        model.fit(failing_after_two_steps(), steps_per_epoch=4, verbose=0)
+        model.fit(failing_after_two_steps(), steps_per_epoch=4, shuffle=False, verbose=0)
     assert int(model.optimizer.iterations.numpy()) >= steps + 2  # (TensorFlow counts one more)
     assert np.abs(model.predict_on_batch(good) - reference).max() > 1e-4  # the two steps' updates are kept
     model.fit(good, np.ones((2, model.config.num_classes), "float32"), verbose=0)
