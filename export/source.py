@@ -50,6 +50,11 @@ class ExportSource:
     data_split: dict = None  # how the model's training data was split (from its run), recorded in the files
 
     def __post_init__(self):
+        if not self.model.config.num_classes:
+            raise ExportError(
+                f"{self.model.name} has no classification head (num_classes=0): the exported files classify images. "
+                "For features, use Keras's own model.export(path) on the model."
+            )
         size = tuple(self.model.config.image_size)
         if len(self.labels) != self.model.config.num_classes:
             raise ExportError(f"{len(self.labels)} label names for a model of {self.model.config.num_classes} classes.")

@@ -531,6 +531,11 @@ def test_bad_input_gives_one_line_and_leaves_nothing_half_written(source, run_di
 
     with pytest.raises(ExportError, match=r"must be \(N, 16, 16, 3\)"):
         ExportSource(source.model, source.labels, calibration_images=np.zeros((4, 32, 32, 3)))
+    import keras_vit
+
+    keras_vit.saving.save_model(keras_vit.ViT(source.model.config.replace(num_classes=0)), tmp_path / "headless.keras")
+    headless = fails([str(tmp_path / "headless.keras"), "--tflite", str(tmp_path / "hx")])
+    assert "has no classification head (num_classes=0)" in headless and not (tmp_path / "hx").exists()
     with pytest.raises(ExportError, match="empty"):
         ExportSource(source.model, source.labels, calibration_images=np.zeros((0, 16, 16, 3)))
     uncalibrated = r"the int8 mode needs calibration images: .* or choose --quantize among float32 float16 dynamic\."

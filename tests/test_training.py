@@ -554,7 +554,7 @@ def test_empty_folder_and_foreign_run_dir(tmp_path, capsys):
     assert re.search(r"crop_scale: None there, \[0.08, 1.0\] now and \d+ more\); pass --overwrite", err)
 
 
-def test_run_resumes_with_execution_settings_changed(tmp_path, caplog):
+def test_run_resumes_with_execution_settings_changed(tmp_path, caplog, monkeypatch):
     # jit_compile and steps_per_execution change how a run executes, not what it computes
     from keras_vit.training import run
 
@@ -572,6 +572,14 @@ def test_run_resumes_with_execution_settings_changed(tmp_path, caplog):
     assert (run_dir / "backup" / "state").exists() and "jit_compile: true" in (run_dir / "config.yaml").read_text()
     with pytest.raises(ValueError, match=r"different config \(epochs: 1 there, 2 now\); pass --overwrite"):
         run._prepare_run_dir(dataclasses.replace(config, epochs=2, jit_compile=True), overwrite=False)
+    # The run's directory, data or weights spelt otherwise (a trailing slash, ./) are the same run's.
+    spelt = dataclasses.replace(resumed, run_dir=f"{run_dir}/")
+    run._prepare_run_dir(spelt, overwrite=False)
+    assert (run_dir / "backup" / "state").exists()
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    assert not run._differs("dataset", "data", "./data/") and not run._differs("weights", "run", str(run_dir))
+    assert run._differs("dataset", "data", "digits") and run._differs("weights", "run", "vit_b16.augreg_in21k")
     run._prepare_run_dir(dataclasses.replace(config, epochs=2), overwrite=True)
     assert not (run_dir / "backup").exists()
     other = tmp_path / "not_a_run"  # --overwrite empties run directories only, never another folder
@@ -1003,6 +1011,19 @@ def test_dataset_defaults_fill_only_unset_options():
     for field in ("recipe", "augment"):  # choices that include None are listed without it
         with pytest.raises(ValueError, match=f"unknown {field} 'bogus'; choose from [a-z, ]+\\.$"):
             TrainConfig(**{field: "bogus"})
+
+
+def test_digits_from_weights_takes_the_checkpoints_architecture(tmp_path):
+    """Without a preset the model is the checkpoint's, for digits too (it was the digits model,
+    which the weights did not fit), seen whole as digits are (crop fraction 1)."""
+    import keras_vit
+
+    other = keras_vit.ViTConfig(image_size=16, patch_size=4, hidden_size=32, num_layers=2, num_heads=2, mlp_dim=64)
+    keras_vit.saving.save_model(keras_vit.ViT(other.replace(num_classes=10)), tmp_path / "other.keras")
+    fit(TrainConfig(run_dir=str(tmp_path / "run"), weights=str(tmp_path / "other.keras"), epochs=1), verbose=0)
+    trained = keras_vit.saving.load_model(tmp_path / "run")
+    assert (trained.config.hidden_size, trained.config.num_layers, trained.config.image_size) == (32, 2, (16, 16))
+    assert trained.config.crop_fraction == 1.0
 
 
 def test_ema_saves_the_moving_average_of_the_weights(tmp_path):

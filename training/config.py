@@ -147,7 +147,9 @@ class TrainConfig:
         if c.recipe is None:
             c.recipe = "finetune" if c.weights else "pretrain"
         if c.is_digits:
-            c.model = {**DIGITS_MODEL, **c.model} if c.preset is None else c.model
+            if c.preset is None:  # the digits model, or the architecture of the weights, seen whole
+                digits_model = {"crop_fraction": 1.0} if c.weights else DIGITS_MODEL
+                c.model = {**digits_model, **c.model}
             # No flips (a mirrored digit is another symbol) and no crops (an 8x8 digit has no
             # border to spare): small rotations, zooms, shears and shifts, as handwriting varies.
             defaults = dict(

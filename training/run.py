@@ -429,7 +429,7 @@ def _build_model(c, config, class_names):
 
 
 # How a run executes, not what it computes: a run may resume with these changed.
-EXECUTION_FIELDS = ("jit_compile", "steps_per_execution", "checkpoint_interval")
+EXECUTION_FIELDS = ("jit_compile", "steps_per_execution", "checkpoint_interval", "run_dir")
 
 
 def _prepare_run_dir(c, overwrite):
@@ -444,14 +444,14 @@ def _prepare_run_dir(c, overwrite):
     stored_text = stored.read_text() if stored.is_file() else text
     if stored_text != text:
         before, after = yaml.safe_load(stored_text) or {}, yaml.safe_load(text)
-        changed = [k for k in sorted(set(before) | set(after)) if before.get(k) != after.get(k)]
+        changed = [k for k in sorted(set(before) | set(after)) if _differs(k, before.get(k), after.get(k))]
         if set(changed) <= set(EXECUTION_FIELDS):
             logger.info("keras_vit: %s resumes with %s", run_dir, _changes(changed, before, after))
         elif not overwrite:
             fields = _changes([k for k in changed if k not in EXECUTION_FIELDS], before, after)
             raise ValueError(
                 f"{run_dir} holds a run with a different config ({fields}); pass --overwrite to "
-                "replace it or choose another --run-dir."
+                "replace it (its checkpoints and resume state are deleted) or choose another --run-dir."
             )
     if overwrite and stored.is_file():  # a run's folder only; several processes may empty it at once
         for name in (*names.RUN_CHECKPOINTS, "log.csv", EVAL_FILE):
@@ -473,6 +473,15 @@ def _store_config(c):
     the corrected command."""
     Path(c.run_dir).mkdir(parents=True, exist_ok=True)
     (Path(c.run_dir) / CONFIG_FILE).write_text(_config_text(c))
+
+
+def _differs(field, before, after):
+    """Whether a config field changed: a dataset or weights path spelt otherwise (`./data/`
+    for `data`) names the same place."""
+    if before == after:
+        return False
+    paths = field in ("dataset", "weights") and isinstance(before, str) and isinstance(after, str)
+    return not (paths and same_data(before, after))
 
 
 def _config_text(c):
