@@ -9,7 +9,6 @@ beside the counted activations. It needs the JAX backend and a few GB of memory.
 """
 
 import argparse
-import math
 
 import keras_vit
 from keras_vit.distribution import parameter_counts, training_memory
@@ -36,8 +35,9 @@ MACHINES = {
 
 def plan(config, devices, memory):
     """The smallest model-parallel size whose state leaves room for one example per device,
-    then the per-device micro-batch that fits and the gradient-accumulation steps that make up
-    the global batch: (data, model, micro_batch, accumulation), or None."""
+    then the fewest gradient-accumulation steps whose micro-batch fits and makes up the global
+    batch exactly (data x micro-batch x steps = BATCH): (data, model, micro_batch, accumulation),
+    or None."""
     ways = 1
     while ways <= devices:
         fits = config.hidden_size % ways == 0 and config.mlp_dim % ways == 0
@@ -45,8 +45,10 @@ def plan(config, devices, memory):
         room, example = USABLE * memory - one["state"], MARGIN * one["activations"]
         if fits and room >= example:
             data = devices // ways
-            micro = min(int(room // example), BATCH // data)
-            return data, ways, micro, math.ceil(BATCH / (data * micro))
+            per_device = BATCH // data
+            fitting = room // example  # examples per device per step
+            steps = next(s for s in range(1, per_device + 1) if per_device % s == 0 and per_device // s <= fitting)
+            return data, ways, per_device // steps, steps
         ways *= 2
     return None
 

@@ -331,3 +331,18 @@ def test_native_noise_filter_keeps_real_errors():
     shown = [b"E0000 00:00:1795694975.756651   20413 util.cc:131] something else failed\n", b"Traceback\n"]
     assert all(_NATIVE_NOISE.match(line) for line in held)
     assert not any(_NATIVE_NOISE.match(line) for line in shown)
+
+
+def test_progress_goes_to_stderr_from_native_code_too():
+    """Inside `progress_on_stderr` what Python and native libraries (Gloo's connection lines)
+    write to standard output goes to stderr; the result after it alone reaches stdout."""
+    code = (
+        "import os\n"
+        "from keras_vit_cli.output import progress_on_stderr\n"
+        "with progress_on_stderr():\n"
+        "    print('python', flush=True)\n"
+        "    os.write(1, b'native\\n')\n"
+        "print('result')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout == "result\n" and done.stderr == "python\nnative\n"

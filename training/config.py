@@ -140,7 +140,7 @@ class TrainConfig:
         return self.dataset == "digits"
 
     def resolved(self):
-        """A copy with every recipe/dataset default filled in (what the run directory stores)."""
+        """A copy with the recipe's and dataset's defaults filled in (what the run directory stores)."""
         c = dataclasses.replace(self, model=dict(self.model))
         if c.protocol:
             c = _with_protocol(c)
