@@ -1013,6 +1013,23 @@ def test_dataset_defaults_fill_only_unset_options():
             TrainConfig(**{field: "bogus"})
 
 
+def test_a_run_resumed_on_other_devices_keeps_its_global_batch(tmp_path):
+    """The resume state records the global batch: on another number of devices the run goes on
+    with the same batch, steps and schedule, the per-replica batch changed."""
+    import json
+
+    from keras_vit.training import run
+
+    config = TrainConfig(run_dir=str(tmp_path), batch_size=32)
+    backup = tmp_path / "backup"
+    assert run._resumed_global_batch(config, 2, backup) == 64  # nothing saved yet
+    backup.mkdir()
+    (backup / "training_metadata.json").write_text(json.dumps({"epoch": 2, "batch": -1, "global_batch": 64}))
+    assert run._resumed_global_batch(config, 1, backup) == 64 and run._resumed_global_batch(config, 4, backup) == 64
+    with pytest.raises(ValueError, match="trained at a global batch of 64, which 3 replicas cannot share"):
+        run._resumed_global_batch(config, 3, backup)
+
+
 def test_digits_from_weights_takes_the_checkpoints_architecture(tmp_path):
     """Without a preset the model is the checkpoint's, for digits too (it was the digits model,
     which the weights did not fit), seen whole as digits are (crop fraction 1)."""

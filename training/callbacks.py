@@ -51,9 +51,10 @@ class PeriodicBackupAndRestore(keras.callbacks.BackupAndRestore):
     the run deletes it once its evaluation is written, so a run stopped while evaluating
     evaluates again rather than training again."""
 
-    def __init__(self, backup_dir, interval=30.0):
+    def __init__(self, backup_dir, interval=30.0, global_batch=None):
         super().__init__(backup_dir, delete_checkpoint=False)
         self._due = _Every(interval)
+        self._global_batch = global_batch  # recorded with the state: a resumed run keeps its batch
 
     def on_train_begin(self, logs=None):
         try:  # restores the weights, the optimizer and the epoch to go on from
@@ -77,10 +78,12 @@ class PeriodicBackupAndRestore(keras.callbacks.BackupAndRestore):
     @staticmethod
     def saved_epochs(backup_dir):
         """The epochs done in the resume state in `backup_dir`, or None when it has none."""
-        try:
-            return int(json.loads((Path(backup_dir) / "training_metadata.json").read_text())["epoch"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
+        return _saved(backup_dir, "epoch")
+
+    @staticmethod
+    def saved_global_batch(backup_dir):
+        """The global batch the resume state in `backup_dir` was trained at, or None."""
+        return _saved(backup_dir, "global_batch")
 
     def _save_model(self):
         # Keras writes both files in place, so a kill during the write (seconds for a large
@@ -90,9 +93,18 @@ class PeriodicBackupAndRestore(keras.callbacks.BackupAndRestore):
         self.model.save_weights(weights, overwrite=True)
         metadata = os.path.join(self.backup_dir, _PARTIAL + ".json")
         with open(metadata, "w") as file:
-            json.dump({"epoch": self._current_epoch, "batch": self._last_batch_seen}, file)
+            json.dump(
+                {"epoch": self._current_epoch, "batch": self._last_batch_seen, "global_batch": self._global_batch}, file
+            )
         os.replace(weights, self._weights_path)
         os.replace(metadata, self._training_metadata_path)
+
+
+def _saved(backup_dir, key):
+    try:
+        return int(json.loads((Path(backup_dir) / "training_metadata.json").read_text())[key])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 class AtomicCheckpoint(keras.callbacks.Callback):

@@ -54,12 +54,12 @@ def fit(config, overwrite=False, verbose=None):
         logger.info("keras_vit: %s is finished; its %s follows (--overwrite trains it again)", run_dir, EVAL_FILE)
         return json.loads((run_dir / EVAL_FILE).read_text()) if placement.is_chief else None
     keras.utils.set_random_seed(c.seed)
-    global_batch = _global_batch(c, placement.replicas)
-    source = datasets.load(c)
-    steps_per_epoch, epochs = recipes.schedule(c, source.num_train, global_batch)
     chief = placement.is_chief
     # Other workers and processes keep only their own resume state, in worker_N/backup.
     backup_dir = run_dir / names.RUN_BACKUP if chief else run_dir / f"worker_{placement.task_index}" / names.RUN_BACKUP
+    global_batch = _resumed_global_batch(c, placement.replicas, backup_dir)
+    source = datasets.load(c)
+    steps_per_epoch, epochs = recipes.schedule(c, source.num_train, global_batch)
     # The small digits model on one device runs fastest under XLA, many steps per call (Keras's
     # multi-step loop fails under tf.distribute's Mirrored strategies; under PyTorch it takes one
     # step per call and jit_compile means torch.compile).
@@ -102,7 +102,7 @@ def fit(config, overwrite=False, verbose=None):
     # differ, one worker an epoch ahead), so they save after every epoch. JAX processes agree.
     backup_interval = 0 if c.strategy == "multi_worker" else c.checkpoint_interval
     callbacks = [
-        PeriodicBackupAndRestore(str(backup_dir), backup_interval),
+        PeriodicBackupAndRestore(str(backup_dir), backup_interval, global_batch),
         nan,
         # With ema: the averaged weights are evaluated and saved (BackupAndRestore, before it,
         # keeps the raw weights and the average in the optimizer's state).
@@ -372,6 +372,29 @@ def load_run_config(run_dir, data=False):
             "give the data's place (--dataset, or dataset=...)."
         )
     return c
+
+
+def _resumed_global_batch(c, replicas, backup_dir):
+    """The global batch of this run: that of its resume state when it has one (on another
+    number of devices the per-replica batch changes, not the global batch, the steps per epoch
+    or the learning-rate schedule), else `_global_batch`'s."""
+    global_batch = _global_batch(c, replicas)
+    saved = PeriodicBackupAndRestore.saved_global_batch(backup_dir)
+    if saved is None or saved == global_batch:
+        return global_batch
+    if c.global_batch_size is None and saved % replicas == 0:
+        logger.info(
+            "keras_vit: resuming at the run's global batch %d: %d replica%s of %d",
+            saved,
+            replicas,
+            "" if replicas == 1 else "s",
+            saved // replicas,
+        )
+        return saved
+    raise ValueError(
+        f"{c.run_dir} was trained at a global batch of {saved}, which {replicas} replicas cannot share; "
+        "resume it on a number of devices that divides it."
+    )
 
 
 def _global_batch(c, replicas):
