@@ -1007,6 +1007,10 @@ def test_dataset_defaults_fill_only_unset_options():
     tuned = TrainConfig(dataset="tfds:cifar10", weights="runs/pretrained").resolved()
     assert (tuned.recipe, tuned.clip_norm, tuned.learning_rate) == ("finetune", 1.0, 0.01)
     assert TrainConfig(dataset="tfds:cifar10", weights="x", recipe="pretrain").resolved().recipe == "pretrain"
+    # Digits fine-tuning: the recipe's schedule, the digits augmentation.
+    digits_tuned = TrainConfig(weights="runs/digits").resolved()
+    assert (digits_tuned.learning_rate, digits_tuned.base_batch_size, digits_tuned.weight_decay) == (0.01, 512, 0.0)
+    assert (digits_tuned.clip_norm, digits_tuned.augment, digits_tuned.flip) == (1.0, "affine", False)
     assert TrainConfig(dataset="tfds:cifar10").resolved().recipe == "pretrain"
     for field in ("recipe", "augment"):  # choices that include None are listed without it
         with pytest.raises(ValueError, match=f"unknown {field} 'bogus'; choose from [a-z, ]+\\.$"):

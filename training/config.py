@@ -146,28 +146,22 @@ class TrainConfig:
             c = _with_protocol(c)
         if c.recipe is None:
             c.recipe = "finetune" if c.weights else "pretrain"
-        if c.is_digits:
-            if c.preset is None:  # the digits model, or the architecture of the weights, seen whole
-                digits_model = {"crop_fraction": 1.0} if c.weights else DIGITS_MODEL
-                c.model = {**digits_model, **c.model}
-            # No flips (a mirrored digit is another symbol) and no crops (an 8x8 digit has no
-            # border to spare): small rotations, zooms, shears and shifts, as handwriting varies.
-            defaults = dict(
-                epochs=130,
-                learning_rate=1e-3,
-                base_batch_size=32,
-                weight_decay=0.05,
-                flip=False,
-                augment="affine",
-                label_smoothing=0.1,
-            )
-        elif c.recipe == "pretrain":
+        if c.recipe == "pretrain":
             # The paper: Adam(0.9, 0.999), weight decay 0.1, lr 1e-3 for batch 4096 (scaled below).
             defaults = dict(epochs=300, learning_rate=1e-3, base_batch_size=4096, weight_decay=0.1)
         else:
             # Fine-tuning: SGD momentum 0.9, batch 512, lr 0.01 for it (scaled below), clip at 1.
             defaults = dict(epochs=10, learning_rate=0.01, base_batch_size=512, weight_decay=0.0)
             c.clip_norm = 1.0 if c.clip_norm is None else c.clip_norm
+        if c.is_digits:
+            if c.preset is None:  # the digits model, or the architecture of the weights, seen whole
+                digits_model = {"crop_fraction": 1.0} if c.weights else DIGITS_MODEL
+                c.model = {**digits_model, **c.model}
+            # No flips (a mirrored digit is another symbol) and no crops (an 8x8 digit has no
+            # border to spare): small rotations, zooms, shears and shifts, as handwriting varies.
+            defaults.update(flip=False, augment="affine", label_smoothing=0.1)
+            if c.recipe == "pretrain":  # the digits model from scratch (fine-tuning keeps the paper's recipe)
+                defaults.update(epochs=130, learning_rate=1e-3, base_batch_size=32, weight_decay=0.05)
         defaults = {"flip": True, "augment": "inception", "label_smoothing": 0.0, "warmup_fraction": 0.1, **defaults}
         if c.steps is not None:
             defaults.pop("epochs")
