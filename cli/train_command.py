@@ -59,7 +59,7 @@ _FLAGS = {
         dict(type=int, help="passes over the training data (default: digits 130, pretrain 300, finetune 10)"),
     ),
     "--steps": ("steps", dict(type=int, help="total optimizer steps, instead of --epochs")),
-    "--batch-size": ("batch_size", dict(type=int, help="per replica (global = this x replicas)")),
+    "--batch-size": ("batch_size", dict(type=int, help="per replica (global = this x replicas; default 32)")),
     "--global-batch-size": (
         "global_batch_size",
         dict(type=int, help="instead of --batch-size; must divide by replicas"),

@@ -1103,22 +1103,38 @@ def test_finetune_protocols_fill_what_the_run_leaves_open():
         512,
         512,
     )
-    assert (c.clip_norm, c.weight_decay, c.warmup_fraction) == (1.0, 0.0, 0.05)
+    assert (c.clip_norm, c.weight_decay, c.batch_size) == (1.0, 0.0, 32)
     assert c.model == {"image_size": 384, "crop_fraction": 1.0}
     own = TrainConfig(protocol="imagenet", learning_rate=0.01, model={"image_size": 224}, epochs=3).resolved()
     assert (own.learning_rate, own.epochs, own.steps, own.model["image_size"]) == (0.01, 3, None, 224)
-    assert TrainConfig(protocol="pets").resolved().warmup_fraction == 0.1  # 500 steps: capped at 10%
     assert TrainConfig(protocol="vtab", dataset="tfds:dtd").resolved().steps == 2500
+    # What the command sets wins: the dataset (digits too), a per-replica batch, the warm-up.
+    mine = TrainConfig(protocol="pets", dataset="digits", batch_size=64, warmup_fraction=0.2).resolved()
+    assert (mine.dataset, mine.batch_size, mine.global_batch_size, mine.warmup_fraction) == ("digits", 64, None, 0.2)
+    assert (mine.train_split, mine.eval_split) == (None, None)  # the protocol's splits are of its own dataset
+    assert TrainConfig(protocol="pets", dataset="tfds:oxford_iiit_pet").resolved().eval_split == "test"
+    assert TrainConfig(protocol="pets", global_batch_size=128).resolved().global_batch_size == 128
     with pytest.raises(ValueError, match="protocol vtab names no dataset"):
         TrainConfig(protocol="vtab").resolved()
     with pytest.raises(ValueError, match="given instead of epochs"):
         TrainConfig(steps=10, epochs=2)
     with pytest.raises(ValueError, match="unknown protocol 'svhn'"):
         TrainConfig(protocol="svhn")
-    from keras_vit.training.recipes import schedule
+    from keras_vit.training.recipes import schedule, warmup_steps
 
     assert schedule(TrainConfig(steps=10).resolved(), 16, 4) == (4, 3)  # 3 epochs of 4 steps >= 10
     assert schedule(TrainConfig(epochs=2).resolved(), 16, 4) == (4, 2)
+
+    def warmup(total, **options):
+        return warmup_steps(TrainConfig(**options).resolved(), total)
+
+    # A protocol warms up over 500 steps, at most a tenth of the run, whether it counts steps or epochs.
+    assert warmup(10_000, protocol="cifar10") == 500
+    assert warmup(504, protocol="pets") == 50
+    assert warmup(60 * 95, protocol="cifar10", epochs=60) == 500
+    assert warmup(2 * 95, protocol="cifar10", epochs=2) == 19
+    assert warmup(10_000, protocol="cifar10", warmup_fraction=0.2) == 2000
+    assert warmup(130 * 45) == 585  # the digits default: 10%
 
 
 def test_cifar10_protocol_runs_with_mock_data(tmp_path, monkeypatch):
@@ -1230,7 +1246,7 @@ def test_paths_in_a_config_file_expand_the_home_directory(tmp_path):
     c = TrainConfig.from_yaml(tmp_path / "run.yaml")
     home = os.path.expanduser("~")
     assert (c.run_dir, c.dataset, c.weights) == (f"{home}/runs/x", f"{home}/flowers", f"{home}/vit.npz")
-    assert TrainConfig().dataset == "digits" and TrainConfig(dataset="tfds:mnist").dataset == "tfds:mnist"
+    assert TrainConfig().resolved().dataset == "digits" and TrainConfig(dataset="tfds:mnist").dataset == "tfds:mnist"
 
 
 def test_big_photos_in_a_folder_are_decoded_as_read_not_buffered(tmp_path):

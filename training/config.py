@@ -41,7 +41,7 @@ class TrainConfig:
     default; `weights` is a checkpoint to start from (the `finetune` recipe unless `recipe` says).
     """
 
-    dataset: str = "digits"
+    dataset: str | None = None  # None: "digits", or the protocol's dataset
     run_dir: str = "runs/digits"
     train_split: str | None = None
     eval_split: str | None = None
@@ -54,12 +54,12 @@ class TrainConfig:
     protocol: str | None = None  # one of the paper's fine-tuning protocols (implies recipe finetune)
     epochs: int | None = None
     steps: int | None = None  # total optimizer steps, instead of epochs
-    batch_size: int = 32  # per replica
+    batch_size: int | None = None  # per replica; None: 32 (a protocol: a global batch of 512)
     global_batch_size: int | None = None  # instead of batch_size: split over the replicas
     learning_rate: float | None = None  # for a global batch of base_batch_size
     base_batch_size: int | None = None  # lr * sqrt(global_batch / base) for AdamW, * (global_batch / base) for SGD
     weight_decay: float | None = None
-    warmup_fraction: float | None = None  # of all steps; default 0.1
+    warmup_fraction: float | None = None  # of all steps; default 0.1 (a protocol: 500 steps, at most 10%)
     decay: str = "cosine"
     clip_norm: float | None = None
     ema: float | None = None  # momentum of a moving average of the weights, saved as the model; None: off
@@ -130,9 +130,10 @@ class TrainConfig:
     def data_split(self):
         """The fields that decide which examples this run trains on and which it holds out, as a
         plain dict (what an exported model records); a folder there is named by its absolute path."""
-        record = {name: getattr(self, name) for name in SPLIT_FIELDS}
-        if not (self.is_digits or self.dataset.startswith("tfds:")) and Path(self.dataset).is_dir():
-            record["dataset"] = str(Path(self.dataset).resolve())
+        c = self.resolved()
+        record = {name: getattr(c, name) for name in SPLIT_FIELDS}
+        if not (c.is_digits or c.dataset.startswith("tfds:")) and Path(c.dataset).is_dir():
+            record["dataset"] = str(Path(c.dataset).resolve())
         return record
 
     @property
@@ -144,6 +145,8 @@ class TrainConfig:
         c = dataclasses.replace(self, model=dict(self.model))
         if c.protocol:
             c = _with_protocol(c)
+        if c.dataset is None:
+            c.dataset = "digits"
         if c.recipe is None:
             c.recipe = "finetune" if c.weights else "pretrain"
         if c.recipe == "pretrain":
@@ -162,7 +165,9 @@ class TrainConfig:
             defaults.update(flip=False, augment="affine", label_smoothing=0.1)
             if c.recipe == "pretrain":  # the digits model from scratch (fine-tuning keeps the paper's recipe)
                 defaults.update(epochs=130, learning_rate=1e-3, base_batch_size=32, weight_decay=0.05)
-        defaults = {"flip": True, "augment": "inception", "label_smoothing": 0.0, "warmup_fraction": 0.1, **defaults}
+        defaults = {"flip": True, "augment": "inception", "label_smoothing": 0.0, "batch_size": 32, **defaults}
+        if not c.protocol:  # a protocol's warm-up is counted in steps, once the run's length is known
+            defaults["warmup_fraction"] = 0.1
         if c.steps is not None:
             defaults.pop("epochs")
         for key, value in defaults.items():
@@ -203,14 +208,14 @@ def _with_protocol(c):
 
     protocol = recipes.PROTOCOLS[c.protocol]
     c.recipe = "finetune"
-    if c.dataset == "digits":
+    if c.dataset is None:
         if protocol["dataset"] is None:
             raise ValueError(
                 f"protocol {c.protocol} names no dataset: pass --dataset (the task's tfds name or folder)."
             )
         c.dataset = protocol["dataset"]
-    for key in ("train_split", "eval_split"):
-        if getattr(c, key) is None:
+    for key in ("train_split", "eval_split"):  # the splits of the protocol's own dataset
+        if getattr(c, key) is None and c.dataset == protocol["dataset"]:
             setattr(c, key, protocol[key])
     if c.steps is None and c.epochs is None:
         c.steps = protocol["steps"]
@@ -218,9 +223,7 @@ def _with_protocol(c):
         c.learning_rate = protocol["learning_rates"][0]
     if c.base_batch_size is None:
         c.base_batch_size = recipes.PROTOCOL_BATCH
-    if c.global_batch_size is None:
+    if c.global_batch_size is None and c.batch_size is None:
         c.global_batch_size = recipes.PROTOCOL_BATCH
-    if c.warmup_fraction is None and c.steps is not None:
-        c.warmup_fraction = min(recipes.PROTOCOL_WARMUP_STEPS / c.steps, 0.1)
     c.model = {"image_size": recipes.PROTOCOL_IMAGE_SIZE, "crop_fraction": 1.0, **c.model}
     return c

@@ -128,13 +128,19 @@ def peak_learning_rate(config, global_batch):
     return config.learning_rate * (math.sqrt(ratio) if config.recipe == "pretrain" else ratio)
 
 
+def warmup_steps(config, total):
+    """Warm-up steps of a resolved config's run of `total` steps: `warmup_fraction` of them, or
+    for a protocol that leaves it open, the paper's 500 steps, at most a tenth of the run."""
+    if config.warmup_fraction is None:
+        return min(PROTOCOL_WARMUP_STEPS, total // 10)
+    return int(total * config.warmup_fraction)
+
+
 def build_optimizer(config, steps_per_epoch, global_batch, epochs=None):
     """The optimizer of a resolved `TrainConfig`'s recipe, for `epochs` (default: the
     config's) of `steps_per_epoch` steps."""
     total = (epochs or config.epochs) * steps_per_epoch
-    schedule = WarmupDecay(
-        peak_learning_rate(config, global_batch), int(total * config.warmup_fraction), total, config.decay
-    )
+    schedule = WarmupDecay(peak_learning_rate(config, global_batch), warmup_steps(config, total), total, config.decay)
     if config.recipe == "pretrain":
         optimizer = FusedAdamW(
             schedule,

@@ -232,7 +232,7 @@ def training_run(source):
 
 
 def data_config(dataset=None, split=None, run=None, recorded=None):
-    """The `TrainConfig` whose splits make `dataset`'s evaluation split ("digits", "tfds:NAME" or a
+    """The resolved `TrainConfig` whose splits make `dataset`'s evaluation split ("digits", "tfds:NAME" or a
     folder; None: the model's own), `split` replacing it. When the model's training data is known
     and is that data, it is split as in training, so the seed and held-out shares pick the images
     training never saw: from `run` (a run directory) or `recorded` (the `TrainConfig.data_split`
@@ -261,7 +261,7 @@ def data_config(dataset=None, split=None, run=None, recorded=None):
         raise ValueError(
             "the model's training data is not known: say which data to evaluate on (dataset=..., --dataset)."
         )
-    return dataclasses.replace(c, eval_split=split) if split else c
+    return (dataclasses.replace(c, eval_split=split) if split else c).resolved()
 
 
 def _readable(dataset):

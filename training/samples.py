@@ -20,7 +20,7 @@ def export_samples(model, source=None, dataset=None, calibration_size=200, eval_
     run = training_run(source)
     if not dataset and run is None:
         return None
-    config = data_config(dataset, run=run).resolved()
+    config = data_config(dataset, run=run)
     data = datasets.load(config)
     trained_on = load_run_config(run).data_split() if run is not None else None
     size, num_classes = tuple(model.config.image_size), model.config.num_classes
@@ -59,6 +59,6 @@ def held_out_images(dataset=None, class_names=None, split=None, source=None, rec
     `data_split`) — else as `train` splits it by default; or `split` (as `evaluate`'s).
     Returns `(examples, num_examples, data_class_names)`, `examples` an iterator of `(uint8
     image (H, W, 3), label)` NumPy pairs, the labels in `class_names`' order (None: the data's)."""
-    config = data_config(dataset, split, training_run(source), recorded).resolved()
+    config = data_config(dataset, split, training_run(source), recorded)
     data = datasets.load(config)
     return in_model_order(data, class_names, config.dataset).as_numpy_iterator(), data.num_eval, list(data.class_names)
