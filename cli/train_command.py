@@ -15,7 +15,10 @@ from keras_vit_cli.signals import exit_status, interrupted
 # flag -> (TrainConfig field, argparse options); defaults stay None so a YAML file can set them.
 _FLAGS = {
     "--dataset": ("dataset", dict(help="'digits' (default, offline), 'tfds:NAME' or an image folder")),
-    "--run-dir": ("run_dir", dict(help="where checkpoints, logs and eval.json go (default runs/digits)")),
+    "--run-dir": (
+        "run_dir",
+        dict(help="where checkpoints, logs and eval.json go (default runs/ and the dataset's name: runs/digits, ...)"),
+    ),
     "--train-split": ("train_split", dict(help="tfds split, e.g. 'train[:90%%]'")),
     "--eval-split": ("eval_split", dict(help="tfds split for evaluation (default: test, else validation)")),
     "--validation-fraction": (

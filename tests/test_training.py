@@ -1137,6 +1137,18 @@ def test_finetune_protocols_fill_what_the_run_leaves_open():
     assert warmup(130 * 45) == 585  # the digits default: 10%
 
 
+def test_a_run_without_a_run_dir_goes_to_runs_and_its_datasets_name(tmp_path):
+    def run_dir(**options):
+        return TrainConfig(**options).resolved().run_dir
+
+    assert run_dir() == str(Path("runs/digits"))
+    assert run_dir(protocol="cifar10") == str(Path("runs/cifar10"))
+    assert run_dir(dataset="tfds:oxford_iiit_pet:4.0.0") == str(Path("runs/oxford_iiit_pet"))
+    assert run_dir(dataset="tfds:imagenet2012_subset/1pct") == str(Path("runs/imagenet2012_subset-1pct"))
+    assert run_dir(dataset=str(tmp_path / "flowers") + "/") == str(Path("runs/flowers"))
+    assert run_dir(dataset="tfds:cifar10", run_dir="elsewhere") == "elsewhere"
+
+
 def test_cifar10_protocol_runs_with_mock_data(tmp_path, monkeypatch):
     """The protocol on tfds's mock CIFAR-10: its splits and SGD recipe, a small model and batch."""
     import tensorflow_datasets as tfds

@@ -42,7 +42,7 @@ class TrainConfig:
     """
 
     dataset: str | None = None  # None: "digits", or the protocol's dataset
-    run_dir: str = "runs/digits"
+    run_dir: str | None = None  # None: runs/<the dataset's name>, e.g. runs/digits, runs/cifar10, runs/flowers
     train_split: str | None = None
     eval_split: str | None = None
     validation_fraction: float = 0.2
@@ -147,6 +147,8 @@ class TrainConfig:
             c = _with_protocol(c)
         if c.dataset is None:
             c.dataset = "digits"
+        if c.run_dir is None:
+            c.run_dir = str(Path("runs") / dataset_name(c.dataset))
         if c.recipe is None:
             c.recipe = "finetune" if c.weights else "pretrain"
         if c.recipe == "pretrain":
@@ -187,6 +189,14 @@ class TrainConfig:
     def from_yaml(cls, path, **overrides):
         """Reads a YAML file of TrainConfig fields; `overrides` (e.g. command-line flags) win."""
         return cls.from_dict({**read_yaml_options(path, "training option"), **overrides})
+
+
+def dataset_name(dataset):
+    """A dataset's short name: "digits", a tfds name without its version ("tfds:cifar10:3.0.2":
+    "cifar10"; a config's slash as a dash), a folder's own name."""
+    if dataset.startswith("tfds:"):
+        return dataset[5:].split(":")[0].replace("/", "-")
+    return dataset if dataset == "digits" else Path(dataset).resolve().name
 
 
 # Numeric options and their ranges: (name, low, high) is [low, high); high None: above low.
