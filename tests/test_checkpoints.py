@@ -25,21 +25,40 @@ def _logits(model, x):
         {"classifier": "gap"},
         {"representation_size": 24, "layer_scale_init": 0.1},
         {"resnet_layers": (1, 2), "resnet_width": 32, "patch_size": 1, "image_size": 64},
+        # What no tensor tells (Hugging Face's epsilon, timm's statistics, the transform): the file's record.
+        {
+            "layer_norm_epsilon": 1e-12,
+            "input_mean": (124.0, 116.0, 104.0),
+            "crop_fraction": 1.0,
+            "gelu_approximate": True,
+        },
     ],
-    ids=["token", "gap", "prelogits_layerscale", "hybrid"],
+    ids=["token", "gap", "prelogits_layerscale", "hybrid", "recorded_fields"],
 )
 def test_npz_round_trip_is_bit_exact(tmp_path, overrides):
     model = perturb(keras_vit.ViT(tiny_config(**overrides)))
+    model.class_names = tuple(f"class {i}" for i in range(model.config.num_classes))
     path = tmp_path / "model.npz"
     keras_vit.save_npz(model, path)
     restored = keras_vit.ViT.from_checkpoint(path)
-    # LayerScale's initial value is not in the weights (it only matters for fresh training).
-    assert restored.config.replace(layer_scale_init=model.config.layer_scale_init) == model.config
+    assert restored.config == model.config and restored.class_names == model.class_names
     for a, b in zip(model.weights, restored.weights):
         assert a.path == b.path
         np.testing.assert_array_equal(keras.ops.convert_to_numpy(a), keras.ops.convert_to_numpy(b))
     x = images(size=model.config.image_size)
     np.testing.assert_array_equal(_logits(restored, x), _logits(model, x))
+
+
+def test_an_npz_file_without_keras_vits_record_loads_with_the_official_defaults(tmp_path):
+    model = keras_vit.ViT(tiny_config(layer_norm_epsilon=1e-12, crop_fraction=1.0))
+    keras_vit.save_npz(model, tmp_path / "m.npz")
+    with np.load(tmp_path / "m.npz", allow_pickle=False) as f:
+        np.savez(tmp_path / "official.npz", **{k: f[k] for k in f.files if k != "keras_vit/model.json"})
+    restored = keras_vit.ViT.from_checkpoint(tmp_path / "official.npz")
+    assert restored.config == model.config.replace(
+        layer_norm_epsilon=1e-6, crop_fraction=keras_vit.ViTConfig().crop_fraction
+    )
+    assert restored.class_names is None
 
 
 def test_official_key_layout(tmp_path):

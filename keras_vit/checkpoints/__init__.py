@@ -85,7 +85,7 @@ def open_checkpoint(source, infer_config=True):
         names = None if names == saving.index_names(model.config.num_classes) else tuple(names)
         return Checkpoint(weights, model.config.to_dict() if infer_config else None, "keras", names)
     tensors, hf_config = read_tensors(path)
-    names = None
+    recorded, names = official.pop_record(tensors)
     if official.is_official(tensors):
         tensors = official.normalise(tensors)
         kind, reader, args = "official", official.config_fields, (tensors,)
@@ -104,8 +104,10 @@ def open_checkpoint(source, infer_config=True):
             f"Hugging Face); its first tensors: {sample}."
         )
     # Loading into an existing model needs no architecture (a timm file does not even say its
-    # head count), so the config is read off the tensors only when asked for.
-    return Checkpoint(weights, _fields(reader, path, *args) if infer_config else None, kind, names)
+    # head count), so the config is read off the tensors only when asked for; a keras_vit .npz
+    # file's record adds what they do not tell.
+    fields = {**_fields(reader, path, *args), **recorded} if infer_config else None
+    return Checkpoint(weights, fields, kind, names)
 
 
 def adopt_class_names(model, checkpoint):
@@ -150,9 +152,11 @@ def load_weights(model, source):
 
 def save_npz(model, path):
     """Writes the model's weights as an official-layout .npz (original release names), with the
-    patch grid of the position embedding beside them (`official.GRID_KEY`)."""
+    patch grid of the position embedding (`official.GRID_KEY`) and the model's config and class
+    names (`official.RECORD_KEY`) beside them, so `from_checkpoint` rebuilds the same model."""
     weights = {**export(model), official.GRID_PATH: np.asarray(model.config.grid_size, "int32")}
-    write_npz(path, official.from_keras(weights, model.config.num_heads))
+    tensors = official.from_keras(weights, model.config.num_heads)
+    write_npz(path, {**tensors, official.RECORD_KEY: official.record(model.config.to_dict(), model.class_names)})
 
 
 def _fields(reader, path, *args):

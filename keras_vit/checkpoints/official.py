@@ -6,6 +6,7 @@ keras_vit variables. Query/key/value kernels are `(D, heads, head_dim)`, `out` i
 `(heads, head_dim, D)`; Conv2D kernels are HWIO in both worlds.
 """
 
+import json
 import re
 
 import numpy as np
@@ -19,6 +20,10 @@ POS_KEY = "Transformer/posembed_input/pos_embedding"
 # grids.
 GRID_KEY = "Transformer/posembed_input/grid_size"
 GRID_PATH = "position_embedding/grid_size"  # where it travels beside the weights
+# keras_vit's own record in its .npz files (readers of the official layout ignore it): the
+# model's ViTConfig and class names as JSON, for what tensors do not tell (LayerNorm epsilon,
+# input statistics, the image transform, the labels).
+RECORD_KEY = "keras_vit/model.json"
 _PREFIXES = ("opt/target/", "params/img/", "params/")
 # Newer linen code and big_vision number the block's modules 0, 0, 1, 0.
 _LINEN_TO_ORIGINAL = {
@@ -27,6 +32,26 @@ _LINEN_TO_ORIGINAL = {
     "MlpBlock_0": "MlpBlock_3",
 }
 _BLOCK = re.compile(r"^Transformer/encoderblock_(\d+)/")
+
+
+def record(config, class_names):
+    """The `RECORD_KEY` array of a model's config (a dict) and class names (None: none)."""
+    return np.asarray(json.dumps({"config": config, "class_names": None if class_names is None else list(class_names)}))
+
+
+def pop_record(tensors):
+    """`(config fields, class names)` of a keras_vit .npz file's record, removed from `tensors`;
+    `({}, None)` for files without one. A prefix before it (big_vision's `params/`) is allowed."""
+    key = next((k for k in tensors if k == RECORD_KEY or k.endswith("/" + RECORD_KEY)), None)
+    if key is None:
+        return {}, None
+    value = tensors.pop(key)
+    try:
+        values = json.loads(str(value))
+        config, names = dict(values["config"]), values["class_names"]
+    except (ValueError, KeyError, TypeError) as error:
+        raise CheckpointError(f"the keras_vit record {RECORD_KEY} is damaged ({error}).") from None
+    return config, None if names is None else tuple(names)
 
 
 def is_official(tensors):
