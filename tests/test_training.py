@@ -626,6 +626,8 @@ def test_a_run_stopped_while_evaluating_evaluates_again_without_training_again(t
     monkeypatch.undo()
     log = (run_dir / "log.csv").read_text()
     assert log.count("\n") == 3 and not (run_dir / "eval.json").exists()
+    assert main(["evaluate", str(run_dir)]) == 0  # the stopped run's model is scored; eval.json is the run's
+    assert "has not finished" in capsys.readouterr().err and not (run_dir / "eval.json").exists()
     assert main(args) == 0
     captured = capsys.readouterr()
     assert "all 2 epochs are trained" in captured.err and "top1" in json.loads(captured.out.splitlines()[-1])

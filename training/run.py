@@ -151,6 +151,7 @@ def fit(config, overwrite=False, verbose=None):
         return None
     with this_process_only():  # several JAX processes: the chief evaluates best.keras alone
         result = evaluate(run_dir, verbose=verbose)
+        _write_eval(run_dir, result)
     shutil.rmtree(backup_dir, ignore_errors=True)  # eval.json is written: the run is finished
     return result
 
@@ -159,13 +160,13 @@ def evaluate(source, dataset=None, split=None, verbose=None):
     """Evaluates a model on the evaluation split of its data; returns the `eval.json` dict.
 
     `source`: a run directory (its `best.keras`, on the run's own evaluation split, never used
-    in training; `eval.json` is written there), or a `.keras` file or checkpoint with
-    `dataset` ("digits", "tfds:NAME" or a folder; its evaluation split as the run the file
-    comes from made it when that run trained on it, else as `train` makes it with the default
-    options, seed 0 included). `split`: another evaluation split, a tfds split expression or
-    "all" (`names.WHOLE_SPLIT`, with `dataset`: every example, for data training never saw).
-    `selected_on`: how many held-out training examples chose the checkpoint's epoch; `verbose` as
-    `fit`'s."""
+    in training; a finished run's `eval.json` is written again, an unfinished run's left to it),
+    or a `.keras` file or checkpoint with `dataset` ("digits", "tfds:NAME" or a folder; its
+    evaluation split as the run the file comes from made it when that run trained on it, else
+    as `train` makes it with the default options, seed 0 included). `split`: another
+    evaluation split, a tfds split expression or "all" (`names.WHOLE_SPLIT`, with `dataset`:
+    every example, for data training never saw). `selected_on`: how many held-out training
+    examples chose the checkpoint's epoch; `verbose` as `fit`'s."""
     c = evaluation_config(source, dataset, split)
     verbose = progress.verbosity() if verbose is None else verbose
     model = saving.load_model(source)
@@ -200,9 +201,13 @@ def evaluate(source, dataset=None, split=None, verbose=None):
         "checkpoint": checkpoint,
         "selected_on": int(data_source.num_select),
     }
-    if saving.is_run_dir(source) and not dataset and not split:
-        (Path(source) / EVAL_FILE).write_text(json.dumps(result, indent=2) + "\n")
+    if saving.is_run_dir(source) and not dataset and not split and names.run_finished(Path(source)):
+        _write_eval(source, result)  # an unfinished run's eval.json is its own to write, once trained
     return result
+
+
+def _write_eval(run_dir, result):
+    (Path(run_dir) / EVAL_FILE).write_text(json.dumps(result, indent=2) + "\n")
 
 
 def evaluation_config(source, dataset=None, split=None):
