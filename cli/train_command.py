@@ -19,8 +19,14 @@ _FLAGS = {
         "run_dir",
         dict(help="where checkpoints, logs and eval.json go (default runs/ and the dataset's name: runs/digits, ...)"),
     ),
-    "--train-split": ("train_split", dict(help="tfds split, e.g. 'train[:90%%]'")),
-    "--eval-split": ("eval_split", dict(help="tfds split for evaluation (default: test, else validation)")),
+    "--train-split": ("train_split", dict(help="tfds split, e.g. 'train[:90%%]' (default: train)")),
+    "--eval-split": (
+        "eval_split",
+        dict(
+            help="tfds split for evaluation (default: test, else validation, else train[90%%:], when training "
+            "then takes train[:90%%])"
+        ),
+    ),
     "--validation-fraction": (
         "validation_fraction",
         dict(type=float, help="held out of digits/folders for evaluation (0.2)"),
@@ -112,7 +118,11 @@ _FLAGS = {
     "--precision": ("precision", dict(choices=names.PRECISIONS, help="Keras dtype policy (default float32)")),
     "--steps-per-execution": (
         "steps_per_execution",
-        dict(type=int, help="training steps per compiled call; must divide the steps of an epoch"),
+        dict(
+            type=int,
+            help="training steps per compiled call; must divide the steps of an epoch (default 1; digits on "
+            "one device: the largest divisor up to 16)",
+        ),
     ),
     "--checkpoint-interval": (
         "checkpoint_interval",
@@ -141,7 +151,7 @@ def add_parser(subparsers):
         default=None,
         help="compile the training step with XLA (default: on GPUs, TPUs and under JAX; off on "
         "TensorFlow CPU-only machines, where TensorFlow's graph mode is faster, except "
-        "mixed_bfloat16 on CPUs without bfloat16 instructions)",
+        "mixed_bfloat16 on CPUs without bfloat16 instructions and the small digits model on one device)",
     )
     train.add_argument(
         "--overwrite",
@@ -294,8 +304,9 @@ def run_evaluate(args):
         and not (trained_on and same_data(args.dataset, trained_on["dataset"]))
     )
     if guessed:
+        why = f"was trained on {trained_on['dataset']}" if trained_on else "names no run to take the split from"
         print(
-            f"keras-vit evaluate: note: {args.model} names no run to take the split from: this is the held-out "
+            f"keras-vit evaluate: note: {args.model} {why}: this is the held-out "
             f"share of {args.dataset} as train makes it by default (--seed 0, --validation-fraction 0.2); a model "
             f"trained with other values saw some of these images (--split {names.WHOLE_SPLIT} for data it never saw)",
             file=sys.stderr,

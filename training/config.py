@@ -100,8 +100,10 @@ class TrainConfig:
                 raise ValueError(f"unknown {name} {getattr(self, name)!r}; choose from {listed}.")
         if self.protocol is not None and self.protocol not in PROTOCOLS:
             raise ValueError(f"unknown protocol {self.protocol!r}; choose from {', '.join(PROTOCOLS)}.")
-        if self.steps is not None and (self.steps < 1 or self.epochs is not None):
-            raise ValueError(f"steps must be positive, and given instead of epochs; got steps={self.steps}.")
+        if self.steps is not None and self.epochs is not None:
+            raise ValueError(f"steps ({self.steps}) and epochs ({self.epochs}) are one or the other; give one.")
+        if self.steps is not None and self.steps < 1:
+            raise ValueError(f"steps must be positive; got {self.steps}.")
         if self.steps_per_execution is not None and self.steps_per_execution < 1:
             raise ValueError(f"steps_per_execution must be positive; got {self.steps_per_execution}.")
         if self.checkpoint_interval < 0:

@@ -474,7 +474,7 @@ def _prepare_run_dir(c, overwrite):
         before, after = yaml.safe_load(stored_text) or {}, yaml.safe_load(text)
         changed = [k for k in sorted(set(before) | set(after)) if _differs(k, before.get(k), after.get(k))]
         if set(changed) <= set(EXECUTION_FIELDS):
-            logger.info("keras_vit: %s resumes with %s", run_dir, _changes(changed, before, after))
+            logger.info("keras_vit: %s holds this run, now with %s", run_dir, _changes(changed, before, after))
         elif not overwrite:
             fields = _changes([k for k in changed if k not in EXECUTION_FIELDS], before, after)
             raise ValueError(
