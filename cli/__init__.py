@@ -193,6 +193,9 @@ def main(argv=None):
         # The reader left (`keras-vit predict ... | head`): stop quietly, as shell tools do.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141  # 128 + SIGPIPE
+    except ModuleNotFoundError as error:
+        print(f"keras-vit {args.command}: error: {_not_installed(error)}", file=sys.stderr)
+        return 2
     # CheckpointError is a ValueError; keras_vit.training.TrainingError a RuntimeError.
     except (CommandError, ValueError, OSError, RuntimeError) as error:
         print(f"keras-vit {args.command}: error: {error}", file=sys.stderr)
@@ -200,6 +203,28 @@ def main(argv=None):
     except KeyboardInterrupt as stop:
         print(f"keras-vit {args.command}: {interrupted(stop)}", file=sys.stderr)
         return exit_status(stop)
+
+
+# The extra of setup.cfg that installs an optional package a command imports.
+_EXTRAS = {
+    "tensorflow": "tensorflow",
+    "jax": "jax",
+    "tensorflow_datasets": "training",
+    "yaml": "training",
+    "sklearn": "training",
+    "ai_edge_litert": "export",
+    "matplotlib": "inspect",
+    "tf_keras_vis": "inspect",
+}
+
+
+def _not_installed(error):
+    """One line for a missing optional package, naming the install that brings it."""
+    package = (error.name or "").split(".")[0]
+    extra = _EXTRAS.get(package)
+    hint = f"pip install 'keras-vit[{extra}]'" if extra else "install it"
+    what = "TensorFlow" if package == "tensorflow" else f"the Python package {package}"
+    return f"this command needs {what}, which is not installed: {hint}."
 
 
 def _stdout_closed():

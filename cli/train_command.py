@@ -177,7 +177,7 @@ def add_parser(subparsers):
         "training) and write RUN_DIR/eval.json; or a .keras file, checkpoint or exported model on the "
         "evaluation split of --dataset (as the run split it when MODEL is a run or a checkpoint in one that "
         "trained on that data, else as train does by default): a SavedModel through its bytes signature (as TF "
-        "Serving answers), a .tflite file on LiteRT with each image resized whole (as MediaPipe feeds it). "
+        "Serving answers), a .tflite file on LiteRT with each image cropped and resized as the file records. "
         "Prints the result as JSON.",
     )
     evaluate.add_argument("model", help="run directory, .keras file, checkpoint, SavedModel or .tflite file")
@@ -214,7 +214,7 @@ def add_parser(subparsers):
         "--crop",
         type=float,
         help="centre-crop fraction before resizing (default: the model's own, its config's crop_fraction, "
-        f"{names.EVAL_CROP} unless trained otherwise; 1: resize only; for a .tflite file 1)",
+        f"{names.EVAL_CROP} unless trained otherwise; 1: resize only; for a .tflite file the fraction it records)",
     )
     predict.add_argument(
         "--json",

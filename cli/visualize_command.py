@@ -36,9 +36,11 @@ def add_parser(subparsers):
 def _backend(args):
     """tf-keras-vis's methods run on TensorFlow only: they take its Keras backend where it is
     installed, whatever KERAS_BACKEND says (the attention methods run on any backend)."""
-    if args.method in names.SALIENCY_METHODS and importlib.util.find_spec("tensorflow") is not None:
-        return "tensorflow"
-    return None
+    if args.method not in names.SALIENCY_METHODS:
+        return None
+    if importlib.util.find_spec("tensorflow") is None:
+        raise ModuleNotFoundError("tf-keras-vis runs on TensorFlow", name="tensorflow")
+    return "tensorflow"
 
 
 def run(args):

@@ -1,6 +1,7 @@
 """Classifying images with exported files as their runtimes do: a SavedModel through its
 encoded-bytes signature (what a TF Serving client sends), a `.tflite` file on LiteRT's
-interpreter with each image resized whole to its input (as MediaPipe's `ImageClassifier` feeds it)."""
+interpreter with each image cropped and resized to its input as the Keras model's transform does (the
+crop fraction and interpolation its metadata records)."""
 
 import json
 from pathlib import Path
@@ -9,10 +10,10 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit.export.litert import LiteRTModel
-from keras_vit.export.metadata import read_data_split, read_labels
+from keras_vit.export.metadata import read_labels, read_record
 from keras_vit.export.serving import BYTES_SIGNATURE, DATA_SPLIT_PATH
 from keras_vit.export.source import ExportError
-from keras_vit.names import LABELS_FILE, RUN_CHECKPOINTS
+from keras_vit.names import DATA_SPLIT_FILE, IMAGE_TRANSFORM_FILE, LABELS_FILE, RUN_CHECKPOINTS
 from keras_vit.saving import holds_saved_model, read_labels_file, versions
 from keras_vit.transform import ImageTransform
 
@@ -34,7 +35,8 @@ def load_exported(path, crop=None):
     """A `SavedModelClassifier` or `TFLiteClassifier` for `path` (see `is_exported`); of an
     export directory or model folder with several versions, the newest; of a directory with one `.tflite` file,
     that file. `crop`: the centre-crop fraction a `.tflite` file's images get before resizing
-    (default 1: the whole image); a SavedModel crops as it was exported."""
+    (default: the one its metadata records, the model's own; 1 for files without it); a
+    SavedModel crops as it was exported."""
     path = Path(path)
     files = sorted(path.glob("*.tflite")) if path.is_dir() and not holds_saved_model(path) else []
     if len(files) > 1:
@@ -44,7 +46,7 @@ def load_exported(path, crop=None):
     if path.suffix == ".tflite":
         if not path.is_file():
             raise ExportError(f"LiteRT file not found: {path}")
-        return TFLiteClassifier(path, 1.0 if crop is None else crop)
+        return TFLiteClassifier(path, crop)
     if crop is not None:
         raise ExportError(
             "a SavedModel crops and resizes in its own graph, as exported; --crop applies to .tflite files."
@@ -94,19 +96,23 @@ class SavedModelClassifier:
 
 class TFLiteClassifier:
     """A `.tflite` classifier with the labels and data split of its metadata (as
-    `SavedModelClassifier`'s); each image's centre `crop` fraction is resized (bilinear) to the
-    file's input."""
+    `SavedModelClassifier`'s); each image's centre `crop` fraction is resized to the file's
+    input with the interpolation its metadata records (`crop` None: the recorded fraction; files
+    without the record: 1 and bilinear)."""
 
     takes_bytes = False
 
-    def __init__(self, path, crop=1.0):
+    def __init__(self, path, crop=None):
         data = Path(path).read_bytes()
         try:
             self._model = LiteRTModel(data)
         except (ValueError, RuntimeError) as error:
             raise ExportError(f"cannot load the LiteRT file {path}: {' '.join(str(error).split())[:200]}") from None
-        self.path, self.labels, self.data_split = Path(path), read_labels(data), read_data_split(data)
-        self._transform = ImageTransform(tuple(int(s) for s in self._model.input["shape"][1:3]), crop, "bilinear")
+        self.path, self.labels, self.data_split = Path(path), read_labels(data), read_record(data, DATA_SPLIT_FILE)
+        transform = read_record(data, IMAGE_TRANSFORM_FILE) or {}
+        crop = transform.get("crop_fraction", 1.0) if crop is None else crop
+        size = tuple(int(s) for s in self._model.input["shape"][1:3])
+        self._transform = ImageTransform(size, crop, transform.get("interpolation", "bilinear"))
 
     def probabilities(self, images):
         """`(N, classes)` probabilities of uint8 RGB images `(H, W, 3)` of any size."""

@@ -146,7 +146,7 @@ def _export_tflite(source, plan, values, directory, name, io_type, images, label
                 f"ViT image classifier ({variant}, {mode})",
                 source.labels,
                 source.model.config.image_size,
-                data_split=source.data_split,
+                records=metadata.model_records(source.model.config, source.data_split),
             )
             file = staging / file_name
             file.write_bytes(data)

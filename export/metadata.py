@@ -15,7 +15,7 @@ import zipfile
 import flatbuffers
 import numpy as np
 
-from keras_vit.names import DATA_SPLIT_FILE
+from keras_vit.names import DATA_SPLIT_FILE, IMAGE_TRANSFORM_FILE
 from keras_vit.names import LABELS_FILE as LABELS_NAME
 
 METADATA_NAME = b"TFLITE_METADATA"
@@ -25,15 +25,28 @@ _FEATURE_PROPERTIES, _IMAGE_PROPERTIES = 1, 2  # ContentProperties union members
 _NORMALIZATION_OPTIONS = 1  # ProcessUnitOptions union member
 
 
-def with_metadata(model_bytes, name, description, labels, image_size, mean=(0.0,) * 3, std=(1.0,) * 3, data_split=None):
-    """`model_bytes` with image-classifier metadata and the label file attached, and the
-    `data_split` record (a dict; None: none) as a JSON file of the model.
+def model_records(config, data_split):
+    """The JSON files of a keras-vit `.tflite` model (`with_metadata`'s `records`): how an image
+    becomes its input (the `ViTConfig`'s crop fraction and interpolation) and how its training
+    data was split (None: not known)."""
+    transform = {"crop_fraction": config.crop_fraction, "interpolation": config.interpolation}
+    return {
+        IMAGE_TRANSFORM_FILE: (transform, "how an image becomes the input: its centre crop_fraction resized (JSON)"),
+        DATA_SPLIT_FILE: (data_split, "the training data's split (JSON)"),
+    }
+
+
+def with_metadata(model_bytes, name, description, labels, image_size, mean=(0.0,) * 3, std=(1.0,) * 3, records=None):
+    """`model_bytes` with image-classifier metadata and the label file attached, and `records`
+    as JSON files of the model: `{file name: (value, description)}` (`RECORDS` names them).
 
     `mean`/`std`: the normalisation a runtime applies to [0, 255] pixels before feeding a
     float input, `(pixel - mean) / std` (identity here: the model normalises itself)."""
     from tensorflow.lite.python import schema_py_generated as schema
 
-    metadata = _model_metadata(name, description, labels, image_size, mean, std, data_split is not None)
+    records = {name: value for name, value in (records or {}).items() if value[0] is not None}
+    descriptions = {file: text for file, (_, text) in records.items()}
+    metadata = _model_metadata(name, description, labels, image_size, mean, std, descriptions)
     model = schema.ModelT.InitFromPackedBuf(bytearray(model_bytes), 0)
     model.metadata = [m for m in (model.metadata or []) if m.name != METADATA_NAME]
     buffer = schema.BufferT()
@@ -47,8 +60,8 @@ def with_metadata(model_bytes, name, description, labels, image_size, mean=(0.0,
     archive = io.BytesIO()
     with zipfile.ZipFile(archive, "w", compression=zipfile.ZIP_STORED) as files:
         files.writestr(LABELS_NAME, "\n".join(labels) + "\n")
-        if data_split is not None:
-            files.writestr(DATA_SPLIT_FILE, json.dumps(data_split, indent=2) + "\n")
+        for file, (value, _) in records.items():
+            files.writestr(file, json.dumps(value, indent=2) + "\n")
     return bytes(builder.Output()) + archive.getvalue()
 
 
@@ -58,9 +71,9 @@ def read_labels(model_bytes):
     return None if text is None else text.splitlines()
 
 
-def read_data_split(model_bytes):
-    """The data split record attached by `with_metadata` (None when there is none)."""
-    text = _attached(model_bytes, DATA_SPLIT_FILE)
+def read_record(model_bytes, file):
+    """The JSON record `file` attached by `with_metadata` (None when there is none)."""
+    text = _attached(model_bytes, file)
     return None if text is None else json.loads(text)
 
 
@@ -72,7 +85,7 @@ def _attached(model_bytes, name):
         return None
 
 
-def _model_metadata(name, description, labels, image_size, mean, std, with_data_split):
+def _model_metadata(name, description, labels, image_size, mean, std, records):
     b = flatbuffers.Builder(1024)
     strings = lambda *values: [b.CreateString(v) for v in values]  # noqa: E731
 
@@ -115,9 +128,8 @@ def _model_metadata(name, description, labels, image_size, mean, std, with_data_
     )
 
     subgraph = _table(b, [(2, "off", _vector(b, [input_tensor])), (3, "off", _vector(b, [output_tensor]))])
-    if with_data_split:  # a file of the model, not of a tensor: AssociatedFileType UNKNOWN
-        split_name, split_description = strings(DATA_SPLIT_FILE, "the training data's split (JSON)")
-        data_split_file = _table(b, [(0, "off", split_name), (1, "off", split_description)])
+    # Files of the model, not of a tensor: AssociatedFileType UNKNOWN.
+    record_files = [_table(b, [(0, "off", n), (1, "off", d)]) for n, d in (strings(*r) for r in records.items())]
     model_name, model_description, version, author, parser = strings(
         name, description, _version(), "keras-vit", _MIN_PARSER_VERSION
     )
@@ -129,7 +141,7 @@ def _model_metadata(name, description, labels, image_size, mean, std, with_data_
             (2, "off", version),
             (3, "off", _vector(b, [subgraph])),
             (4, "off", author),
-            *([(6, "off", _vector(b, [data_split_file]))] if with_data_split else []),
+            *([(6, "off", _vector(b, record_files))] if record_files else []),
             (7, "off", parser),
         ],
     )

@@ -36,6 +36,11 @@ LABELS_FILE = "labels.txt"
 # `evaluate` scores an exported model on the images its training never saw.
 DATA_SPLIT_FILE = "data_split.json"
 
+# How an image becomes a .tflite file's input (the model's centre-crop fraction and
+# interpolation; JSON), in its metadata files: a .tflite's input is the transformed image, so its
+# runtime crops and resizes, and `predict`/`evaluate` do it as the Keras model does.
+IMAGE_TRANSFORM_FILE = "image_transform.json"
+
 # Image files read from folders (training's class folders, `keras-vit predict FOLDER`): the
 # formats TensorFlow's decode_image reads.
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp")

@@ -346,3 +346,40 @@ def test_progress_goes_to_stderr_from_native_code_too():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout == "result\n" and done.stderr == "python\nnative\n"
+
+
+HIDE_TENSORFLOW = """
+import importlib.abc, sys
+
+class Hidden(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "tensorflow":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+sys.meta_path.insert(0, Hidden())
+"""
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["train", "--epochs", "1"],
+        ["visualize", "vit_ti16", "photo.png", "--method", "gradcam++", "--out", "g.png"],
+    ],
+    ids=["train", "saliency"],
+)
+def test_a_command_that_needs_tensorflow_says_so_in_one_line_where_it_is_missing(tmp_path, argv):
+    """A JAX-only install (TensorFlow hidden from imports, in a fresh process): one line naming
+    the install, exit status 2, no traceback."""
+    (tmp_path / "sitecustomize.py").write_text(HIDE_TENSORFLOW)
+    Image.new("RGB", (32, 32)).save(tmp_path / "photo.png")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "KERAS_BACKEND": "jax"}
+    done = subprocess.run(
+        [sys.executable, "-m", "keras_vit_cli", *argv], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"keras-vit {argv[0]}: error: this command needs TensorFlow, which is not installed: "
+        "pip install 'keras-vit[tensorflow]'."
+    )
+    assert "Traceback" not in done.stderr

@@ -13,6 +13,9 @@ from pathlib import Path
 import keras
 import numpy as np
 import pytest
+from helpers import images, perturb, tiny_config
+
+import keras_vit
 
 pytestmark = [pytest.mark.tensorflow_only, pytest.mark.xdist_group("export")]
 
@@ -240,13 +243,15 @@ def test_tflite_metadata_labels_and_mediapipe_image_classifier_agree_with_litert
     from mediapipe.tasks.python import vision
 
     from keras_vit.export import LiteRTModel
-    from keras_vit.export.metadata import read_data_split, read_labels
+    from keras_vit.export.metadata import read_labels, read_record
+    from keras_vit.names import DATA_SPLIT_FILE, IMAGE_TRANSFORM_FILE
 
     out, _, _ = exported
     assert source.data_split["dataset"] == "digits" and source.data_split["seed"] == 0
     for name in ("vit_int8.tflite", "vit_float32.tflite"):
         data = (out / "tflite" / name).read_bytes()
-        assert read_labels(data) == source.labels and read_data_split(data) == source.data_split
+        assert read_labels(data) == source.labels and read_record(data, DATA_SPLIT_FILE) == source.data_split
+        assert read_record(data, IMAGE_TRANSFORM_FILE) == {"crop_fraction": 1.0, "interpolation": "bilinear"}
         photos = np.round(source.eval_images[:40]).astype(np.uint8)
         ours = LiteRTModel(data).predict(photos)
         options = vision.ImageClassifierOptions(
@@ -670,3 +675,24 @@ def test_which_paths_predict_takes_as_exported_files(tmp_path):
         match=r"x.tflite is an exported LiteRT file \(`predict` and `evaluate --dataset` answer from it\); give",
     ):
         load_model(tmp_path / "x.tflite")
+
+
+def test_a_tflite_file_is_fed_as_the_keras_model_is_by_the_transform_its_metadata_records(tmp_path):
+    """A model that centre-crops (0.875, nearest): its `.tflite` records that transform, and
+    `evaluate`/`predict`'s LiteRT classifier applies it to photos of any size, so it answers as
+    the Keras model does (resized whole, the answers differ)."""
+    from keras_vit.export import ExportConfig, export, load_source
+    from keras_vit.export.exported import load_exported
+    from keras_vit.export.metadata import read_record
+    from keras_vit.names import IMAGE_TRANSFORM_FILE
+
+    model = perturb(keras_vit.ViT(tiny_config(crop_fraction=0.875, interpolation="nearest")), scale=0.5)
+    model.save(tmp_path / "crops.keras")
+    export(load_source(tmp_path / "crops.keras"), ExportConfig(tflite_dir=tmp_path / "tflite", modes=("float32",)))
+    path = tmp_path / "tflite" / "vit_float32.tflite"
+    assert read_record(path.read_bytes(), IMAGE_TRANSFORM_FILE) == {"crop_fraction": 0.875, "interpolation": "nearest"}
+    photos = np.round(images(batch=4, size=(48, 60), seed=3)).astype(np.uint8)
+    expected = keras.ops.convert_to_numpy(keras.ops.softmax(model(model.image_transform(photos))))
+    np.testing.assert_allclose(load_exported(path).probabilities(list(photos)), expected, atol=2e-4)
+    whole = load_exported(path, crop=1.0).probabilities(list(photos))
+    assert np.abs(whole - expected).max() > 1e-2
