@@ -38,13 +38,14 @@ def model_records(config, data_split):
 
 def with_metadata(model_bytes, name, description, labels, image_size, mean=(0.0,) * 3, std=(1.0,) * 3, records=None):
     """`model_bytes` with image-classifier metadata and the label file attached, and `records`
-    as JSON files of the model: `{file name: (value, description)}` (`RECORDS` names them).
+    as JSON files of the model: `{file name: (value, description)}` (see `model_records`; a
+    None value writes no file).
 
     `mean`/`std`: the normalisation a runtime applies to [0, 255] pixels before feeding a
     float input, `(pixel - mean) / std` (identity here: the model normalises itself)."""
     from tensorflow.lite.python import schema_py_generated as schema
 
-    records = {name: value for name, value in (records or {}).items() if value[0] is not None}
+    records = {file: entry for file, entry in (records or {}).items() if entry[0] is not None}
     descriptions = {file: text for file, (_, text) in records.items()}
     metadata = _model_metadata(name, description, labels, image_size, mean, std, descriptions)
     model = schema.ModelT.InitFromPackedBuf(bytearray(model_bytes), 0)
