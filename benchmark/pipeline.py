@@ -59,9 +59,7 @@ def run_case(case, against, repeats, log):
         for _ in range(2 if planted else 1):  # fresh, then with the index the first run wrote
             start = time.perf_counter()
             source = datasets.folder(folder, validation_fraction=0.1)
-            ds = pipeline.train_pipeline(
-                source.train, source.num_train, config, size, len(source.class_names), batch, shuffled=source.shuffled
-            )
+            ds = pipeline.train_pipeline(source, config, size, len(source.class_names), batch)
             batches = iter(ds)
             next(batches)
             first.append(time.perf_counter() - start)

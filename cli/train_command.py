@@ -126,7 +126,11 @@ _FLAGS = {
     ),
     "--checkpoint-interval": (
         "checkpoint_interval",
-        dict(type=float, help="seconds between saves of last.keras and the resume state (30; 0: every epoch)"),
+        dict(
+            type=float,
+            help="seconds between saves of the resume state, within epochs too, and of last.keras (30; 0: "
+            "every epoch). Ctrl-C and SIGTERM save the resume state where they stop",
+        ),
     ),
     "--seed": ("seed", dict(type=int, help="seeds the weights, the splits and the augmentation (0)")),
 }
@@ -225,7 +229,7 @@ def add_parser(subparsers):
 
 
 def run_train(args):
-    from keras_vit.training import TrainConfig, fit, saved_epochs
+    from keras_vit.training import TrainConfig, fit, saved_position
 
     values = {
         field: getattr(args, flag[2:].replace("-", "_"))
@@ -245,8 +249,13 @@ def run_train(args):
         with progress_on_stderr():
             result = fit(config, overwrite=args.overwrite)
     except KeyboardInterrupt as stop:
-        done = saved_epochs(config)
-        where = f"goes on after epoch {done}" if done else "starts it again (no epoch was saved yet)"
+        saved = saved_position(config)
+        if saved is None:
+            where = "starts it again (nothing was saved yet)"
+        elif saved[1]:
+            where = f"goes on after step {saved[1]} of epoch {saved[0] + 1}"
+        else:
+            where = f"goes on after epoch {saved[0]}"
         print(f"keras-vit train: {interrupted(stop)}; the same command {where}", file=sys.stderr)
         return exit_status(stop)
     if result is not None:  # other processes than 0 report nothing

@@ -48,6 +48,51 @@ def test_fewer_than_five_classes_train_and_evaluate(tmp_path):
     assert evaluate(tmp_path / "run")["top5"] == 1.0
 
 
+def test_a_run_stopped_mid_epoch_saves_there_and_resumes_to_the_uninterrupted_weights(tmp_path, monkeypatch):
+    """SIGTERM (a scheduler's preemption) or Ctrl-C in the middle of an epoch: the resume state
+    is written at the step the run stops after, and the resumed run reads the data from there
+    on, so it ends with the weights of the run that was never stopped, also resumed with another
+    `--steps-per-execution`. A stop in an epoch's last call finishes the epoch (validated and
+    logged) first."""
+    from keras_vit.training.callbacks import Interrupted, StopOnNaN
+
+    model = dict(image_size=16, patch_size=4, hidden_size=32, num_layers=1, num_heads=2, mlp_dim=64)
+
+    def config(name, **fields):
+        run_dir = str(tmp_path / name)
+        return TrainConfig(epochs=3, seed=1, run_dir=run_dir, model=model, checkpoint_interval=3600, **fields)
+
+    def weights(name):
+        loaded = keras.saving.load_model(tmp_path / name / "last.keras")
+        return [keras.ops.convert_to_numpy(w) for w in loaded.weights]
+
+    straight = fit(config("straight"), verbose=0)
+
+    def stop_in_epoch_2(at_its_end):
+        def begin(self, batch, logs=None):  # `batch`: the first step of a call of `calls` steps
+            calls = getattr(self.model, "steps_per_execution", 1) or 1
+            if self.epoch == 1 and (batch + calls >= 44 if at_its_end else batch >= 12):  # 44 steps per epoch
+                monkeypatch.setattr(StopOnNaN, "on_train_batch_begin", keras.callbacks.Callback.on_train_batch_begin)
+                os.kill(os.getpid(), signal.SIGTERM)  # noted now, raised at the call's end
+
+        return begin
+
+    for name, at_its_end, resumed_with in (("stopped", False, {"steps_per_execution": 1}), ("at_the_end", True, {})):
+        monkeypatch.setattr(StopOnNaN, "on_train_batch_begin", stop_in_epoch_2(at_its_end))
+        with pytest.raises(Interrupted):
+            fit(config(name), verbose=0)
+        position = json.loads((tmp_path / name / "backup" / "training_metadata.json").read_text())
+        if at_its_end:
+            assert (position["epoch"], position["step"]) == (2, 0), position
+        else:
+            assert position["epoch"] == 1 and 12 < position["step"] < 44, position
+        assert fit(config(name, **resumed_with), verbose=0)["top1"] == straight["top1"]
+        for a, b in zip(weights(name), weights("straight")):
+            np.testing.assert_allclose(a, b, atol=1e-6)
+        log = [row.split(",")[0] for row in (tmp_path / name / "log.csv").read_text().splitlines()[1:]]
+        assert log == ["0", "1", "2"]  # epoch 2 logged once, at its end
+
+
 @pytest.mark.skipif(keras.backend.backend() != "jax", reason="Keras DataParallel on virtual JAX devices")
 @pytest.mark.parametrize("devices, model_parallel", [(3, 1), (4, 2)])
 def test_jax_data_parallel_counts_every_held_out_example_once(devices, model_parallel, tmp_path):
@@ -119,5 +164,7 @@ def test_ctrl_c_and_sigterm_stop_training_between_steps(tmp_path, signum):
     assert process.returncode == 128 + signum, "".join(lines)[-3000:]
     assert time.monotonic() - sent < 60  # not the 197 epochs left (about 1 s each)
     how = "interrupted" if signum == signal.SIGINT else "stopped by SIGTERM"
-    assert re.search(rf"keras-vit train: {how}; the same command goes on after epoch [12]\n", "".join(lines))
+    # Saved where it stopped: in epoch 3 or later (a stop after an epoch's last step ends that epoch).
+    where = r"(step \d+ of epoch ([3-9]|\d\d)|epoch ([3-9]|\d\d))"
+    assert re.search(rf"keras-vit train: {how}; the same command goes on after {where}\n", "".join(lines))
     assert sum(line.startswith("Epoch ") for line in lines) < 20

@@ -8,7 +8,7 @@ Installed as `keras_vit.training` (see `package_dir` in setup.cfg). TensorFlow-o
 """
 
 from keras_vit.training.config import TrainConfig
-from keras_vit.training.run import TrainingError, evaluate, fit, iter_predict, predict, saved_epochs
+from keras_vit.training.run import TrainingError, evaluate, fit, iter_predict, predict, saved_position
 from keras_vit.training.samples import export_samples, held_out_images
 
 __all__ = [
@@ -20,5 +20,5 @@ __all__ = [
     "held_out_images",
     "iter_predict",
     "predict",
-    "saved_epochs",
+    "saved_position",
 ]

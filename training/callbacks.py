@@ -1,5 +1,5 @@
 """Callbacks of a run: atomic best/last checkpoints, resume state at most every so many
-seconds, and a clean stop on a NaN loss or Ctrl-C."""
+seconds and at a stop, and a clean stop on a NaN loss, Ctrl-C or SIGTERM."""
 
 import csv
 import json
@@ -23,88 +23,131 @@ _PARTIAL = ".partial"  # the name a resume-state file has until it is complete
 
 
 class _Every:
-    """True on the first call, then once at least `seconds` have passed since the last True."""
+    """True on the first call (unless `first=False`), then once at least `seconds` have passed
+    since the last True."""
 
     def __init__(self, seconds):
         self.seconds = float(seconds)
         self._last = None
 
-    def __call__(self):
+    def __call__(self, first=True):
         now = time.monotonic()
+        if self._last is None and not first:
+            self._last = now
+            return False
         if self._last is not None and now - self._last < self.seconds:
             return False
         self._last = now
         return True
 
 
+def _ends_epoch(callback, batch):
+    """Whether `batch` (its index in this `fit`'s epoch; a call's last) is the epoch's last."""
+    return batch + 1 >= ((callback.params or {}).get("steps") or math.inf)
+
+
 def _is_last_epoch(callback, epoch):
     return epoch + 1 >= callback.params.get("epochs", 0) if callback.params else True
 
 
-class PeriodicBackupAndRestore(keras.callbacks.BackupAndRestore):
-    """Keras's `BackupAndRestore`, writing the resume state after the first and the last epoch
-    and otherwise once `interval` seconds have passed (0: every epoch). Short epochs then do
-    not spend their time saving (digits: about 0.15 s of each 1 s epoch on 2 cores); a killed
-    run repeats the epoch it was in and at most `interval` seconds of work before it (saves
-    happen at epoch ends). Each file is written beside its place and renamed into it, so a
-    kill while saving leaves the previous state whole. The state is kept when training ends:
-    the run deletes it once its evaluation is written, so a run stopped while evaluating
-    evaluates again rather than training again."""
+class ResumeState(keras.callbacks.Callback):
+    """The run's resume state in `backup_dir`: the weights with the optimizer's state, and where
+    training stands (epochs done, steps done of the next one). `restore` brings it back before
+    `fit`; `fit` then starts there (`train_pipeline(start_step=...)` reads on from the same
+    example). Written after the first and the last epoch, once `interval` seconds have passed
+    (0: every epoch) at an epoch's end or, `within_epochs` (one process), at a step's end, and
+    at the step after which `stopping()` turns true (Ctrl-C, SIGTERM: `StopOnInterrupt.pending`), so a
+    stopped run loses no step and a killed one at most `interval` seconds of work. Each file is
+    written beside its place and renamed into it, so a kill while saving leaves the previous
+    state whole. The run deletes the state once its evaluation is written, so a run stopped
+    while evaluating evaluates again rather than training again."""
 
-    def __init__(self, backup_dir, interval=30.0, global_batch=None):
-        super().__init__(backup_dir, delete_checkpoint=False)
+    WEIGHTS, POSITION = "latest.weights.h5", "training_metadata.json"  # Keras's BackupAndRestore names
+
+    def __init__(self, backup_dir, interval=30.0, global_batch=None, within_epochs=False, stopping=None):
+        super().__init__()
+        self.backup_dir = Path(backup_dir)
+        self.within_epochs = within_epochs
+        self.first_step = 0  # steps of the coming fit's first epoch done before it (a resumed epoch)
         self._due = _Every(interval)
         self._global_batch = global_batch  # recorded with the state: a resumed run keeps its batch
+        self._stopping = stopping or (lambda: False)
+        self._first_epoch = True
 
-    def on_train_begin(self, logs=None):
-        try:  # restores the weights, the optimizer and the epoch to go on from
-            super().on_train_begin(logs)
-        except (OSError, ValueError) as error:  # h5py: OSError; a damaged training_metadata.json: ValueError
+    def restore(self):
+        """Loads the saved weights and optimizer state into the model (built, its optimizer
+        too); returns `(epochs done, steps done of the next epoch)`, `(0, 0)` without a state."""
+        weights = self.backup_dir / self.WEIGHTS
+        if not weights.is_file():
+            return 0, 0
+        try:
+            self.model.load_weights(weights)
+            position = json.loads((self.backup_dir / self.POSITION).read_text())
+            epoch, step = int(position["epoch"]), int(position.get("step", 0))
+        except (OSError, ValueError, KeyError, TypeError) as error:  # h5py: OSError; damaged JSON: ValueError
             raise OSError(
                 f"the resume state in {self.backup_dir} cannot be read ({error}); remove that folder to train "
                 "this run again from its first epoch"
             ) from error
-        done = getattr(self.model, "_initial_epoch", 0)  # where Keras's restore put it
-        if done and done >= (self.params or {}).get("epochs", math.inf):
-            logger.info("keras_vit: all %d epochs are trained (the resume state in %s)", done, self.backup_dir)
-        elif done:
-            logger.info("keras_vit: resuming after epoch %d, from the resume state in %s", done, self.backup_dir)
+        where = f"step {step} of epoch {epoch + 1}" if step else f"epoch {epoch}"
+        logger.info("keras_vit: resuming after %s, from the resume state in %s", where, self.backup_dir)
+        return epoch, step
+
+    def on_train_batch_end(self, batch, logs=None):
+        if not self.within_epochs or _ends_epoch(self, batch):  # the epoch's end saves
+            return
+        if self._stopping() or (self._due.seconds > 0 and self._due(first=False)):
+            self._save(self._epoch, self.first_step + batch + 1)
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
 
     def on_epoch_end(self, epoch, logs=None):
+        self.first_step = 0
+        first, self._first_epoch = self._first_epoch, False
         # Several JAX processes: process 0's clock decides for all.
-        if agree(self._due() or _is_last_epoch(self, epoch)):
-            super().on_epoch_end(epoch, logs)
+        if agree(self._due() or first or _is_last_epoch(self, epoch) or self._stopping()):
+            self._save(epoch + 1, 0)
 
-    @staticmethod
-    def saved_epochs(backup_dir):
+    @classmethod
+    def saved_epochs(cls, backup_dir):
         """The epochs done in the resume state in `backup_dir`, or None when it has none."""
         return _saved(backup_dir, "epoch")
 
-    @staticmethod
-    def saved_global_batch(backup_dir):
+    @classmethod
+    def saved_step(cls, backup_dir):
+        """The steps done of the next epoch in the resume state in `backup_dir`, or None."""
+        return _saved(backup_dir, "step")
+
+    @classmethod
+    def saved_global_batch(cls, backup_dir):
         """The global batch the resume state in `backup_dir` was trained at, or None."""
         return _saved(backup_dir, "global_batch")
 
-    def _save_model(self):
-        # Keras writes both files in place, so a kill during the write (seconds for a large
-        # model and its optimizer state) would leave a state no run can load.
-        os.makedirs(self.backup_dir, exist_ok=True)
-        weights = os.path.join(self.backup_dir, _PARTIAL + ".weights.h5")  # Keras needs the suffix
+    def _save(self, epoch, step):
+        if hasattr(self.model, "jax_state_sync"):  # JAX keeps the state apart from the variables during fit
+            self.model.jax_state_sync()
+        self.backup_dir.mkdir(parents=True, exist_ok=True)
+        weights = self.backup_dir / (_PARTIAL + ".weights.h5")  # Keras needs the suffix
         self.model.save_weights(weights, overwrite=True)
-        metadata = os.path.join(self.backup_dir, _PARTIAL + ".json")
-        with open(metadata, "w") as file:
-            json.dump(
-                {"epoch": self._current_epoch, "batch": self._last_batch_seen, "global_batch": self._global_batch}, file
-            )
-        os.replace(weights, self._weights_path)
-        os.replace(metadata, self._training_metadata_path)
+        position = self.backup_dir / (_PARTIAL + ".json")
+        position.write_text(json.dumps({"epoch": epoch, "step": step, "global_batch": self._global_batch}))
+        os.replace(weights, self.backup_dir / self.WEIGHTS)
+        os.replace(position, self.backup_dir / self.POSITION)
 
 
 def _saved(backup_dir, key):
     try:
-        return int(json.loads((Path(backup_dir) / "training_metadata.json").read_text())[key])
+        return int(json.loads((Path(backup_dir) / ResumeState.POSITION).read_text())[key])
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+class StopAfterEpoch(keras.callbacks.Callback):
+    """Ends `fit` after its first epoch (a resumed epoch's remaining steps)."""
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.model.stop_training = True
 
 
 class AtomicCheckpoint(keras.callbacks.Callback):
@@ -189,7 +232,9 @@ class Interrupted(KeyboardInterrupt):
 
 class StopOnInterrupt(keras.callbacks.Callback):
     """Ctrl-C (SIGINT) or SIGTERM (`kill`, `docker stop`, a scheduler's preemption) stops `fit`
-    or `evaluate` with `Interrupted` at the next step's end. Raised from Python's own handler,
+    or `evaluate` with `Interrupted` at the next step's end (after an epoch's last step, or in
+    `fit`'s validation, at the epoch's end: the epoch is validated and saved whole). Raised
+    from Python's own handler,
     the interrupt could be lost: the main thread waits for each step where Keras converts the
     logs to NumPy, and converting a JAX array there swallows an exception raised in the middle
     (jax-ml/jax#18246), so training went on. This handler only notes the signal, which the
@@ -203,6 +248,7 @@ class StopOnInterrupt(keras.callbacks.Callback):
         super().__init__()
         self._pending = None
         self._previous = {}
+        self._training = False
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
@@ -223,9 +269,28 @@ class StopOnInterrupt(keras.callbacks.Callback):
             raise Interrupted(signum)
         self._pending = signum
 
+    @property
+    def pending(self):
+        """Whether a signal waits to stop the run at the next step's end."""
+        return self._pending is not None
+
     def _raise_pending(self, *args, **kwargs):
         if self._pending is not None:
             signum, self._pending = self._pending, None
             raise Interrupted(signum)
 
-    on_train_batch_end = on_test_batch_end = on_epoch_end = _raise_pending
+    def on_train_begin(self, logs=None):
+        self._training = True
+
+    def on_train_end(self, logs=None):
+        self._training = False
+
+    def on_train_batch_end(self, batch, logs=None):
+        if not _ends_epoch(self, batch):  # after an epoch's last step: at its end, validated and saved
+            self._raise_pending()
+
+    def on_test_batch_end(self, batch, logs=None):
+        if not self._training:  # `fit`'s validation goes on to the epoch's end
+            self._raise_pending()
+
+    on_epoch_end = _raise_pending

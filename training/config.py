@@ -78,7 +78,7 @@ class TrainConfig:
     # (see strategy.py), one step per call, except for digits on one device: XLA, several steps per call.
     jit_compile: bool | None = None
     steps_per_execution: int | None = None
-    checkpoint_interval: float = 30.0  # seconds between last.keras/backup saves (0: every epoch); last epoch saved
+    checkpoint_interval: float = 30.0  # seconds between backup (also mid-epoch) and last.keras saves (0: every epoch)
     seed: int = 0
 
     def __post_init__(self):

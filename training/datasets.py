@@ -3,7 +3,9 @@
 Each yields decoded uint8 images `(H, W, 3)` and integer labels as tf.data datasets, plus the
 class names; the pipeline (`pipeline.py`) crops, augments and batches them. Disjoint parts:
 `train`, `eval` (the reported accuracy, never looked at during training) and, when asked for,
-`select` (held out of the training examples to choose `best.keras`).
+`select` (held out of the training examples to choose `best.keras`). Training reads
+`Source.passes`: pass after pass over the training split, each in an order drawn from the
+seed and the pass's number, so a resumed run reads on from where it stopped.
 """
 
 import dataclasses
@@ -29,17 +31,67 @@ SHUFFLE_BUFFER = 10_000
 _WARNED = set()  # (folder, count) of the unreadable-files warnings given
 
 
+_FOREVER = np.iinfo(np.int64).max
+
+
 @dataclasses.dataclass
 class Source:
-    train: tf.data.Dataset  # (uint8 image (H, W, 3), int label)
-    eval: tf.data.Dataset
+    records: tf.data.Dataset  # the training split as stored: (record, int label), a record decoded by `decode`
+    eval: tf.data.Dataset  # (uint8 image (H, W, 3), int label)
     class_names: list
     num_train: int
     num_eval: int
     select: tf.data.Dataset | None = None  # None: no selection split (best.keras is the last epoch)
     num_select: int = 0
     skipped: int = 0  # unreadable files left out
-    shuffled: bool = False  # `train` reshuffles itself every pass, before decoding (folders, tfds)
+    decode: object = None  # record -> uint8 image (H, W, 3); None: the records are images
+    shuffle_buffer: int | None = None  # records permuted together in a pass; None: the whole split
+    drop_undecodable: bool = False  # a record `decode` fails on is stepped over (a folder's broken JPEG)
+
+    @property
+    def train(self):
+        """One pass over the training split, as stored: (uint8 image, int label)."""
+        examples = self.records.map(lambda record, label: ((record, label), tf.constant(0, tf.int64)))
+        return self._decoded(examples).map(lambda image, label, _: (image, label))
+
+    def passes(self, seed, start=0):
+        """The training examples, pass after pass without end, as (uint8 image, int label,
+        position), beginning at example `start` of that stream. Each pass cuts the split as
+        stored into windows of `shuffle_buffer` records (one window: the whole split) and
+        permutes each window by a stateless seed of `seed`, the pass and the window, before
+        decoding. `position` is an example's place in the stream, for random choices that
+        depend on nothing else. Starting at `start` reads the records of its pass before it,
+        none of earlier passes; an undecodable record stepped over shifts the examples after it
+        by one."""
+        if self.num_train == 0:
+            raise ValueError("the training split has no examples.")
+        window = min(self.shuffle_buffer or self.num_train, self.num_train)
+
+        # Records of several shapes (images tfds stores decoded) travel in ragged windows.
+        fixed = all(spec.shape.is_fully_defined() for spec in self.records.element_spec)
+
+        def permuted(number, index, records):
+            key = tf.random.experimental.stateless_fold_in(tf.stack([tf.cast(seed, tf.int64), number]), index)
+            order = tf.random.experimental.stateless_shuffle(tf.range(tf.shape(records[1])[0]), key)
+            return tf.data.Dataset.from_tensor_slices(tuple(tf.gather(part, order) for part in records))
+
+        def one_pass(number):
+            windows = self.records.batch(window) if fixed else self.records.ragged_batch(window)
+            return windows.enumerate().flat_map(lambda index, records: permuted(number, index, records))
+
+        first, offset = divmod(start, self.num_train)
+        stream = tf.data.Dataset.range(first, _FOREVER).flat_map(one_pass).skip(offset)
+        return self._decoded(tf.data.Dataset.zip(stream, tf.data.Dataset.range(start, _FOREVER)))
+
+    def _decoded(self, ds):
+        """((record, label), position) -> (image, label, position)."""
+        decode = self.decode or (lambda record: record)
+        ds = ds.map(
+            lambda example, position: (decode(example[0]), example[1], position),
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=True,
+        )
+        return ds.ignore_errors() if self.drop_undecodable else ds
 
 
 def load(config):
@@ -59,9 +111,7 @@ def load(config):
     if config.dataset == "digits":
         return digits(fraction, config.seed, config.selection_fraction)
     if config.dataset.startswith("tfds:"):
-        return tfds_source(
-            config.dataset[5:], config.train_split, config.eval_split, config.selection_fraction, config.seed
-        )
+        return tfds_source(config.dataset[5:], config.train_split, config.eval_split, config.selection_fraction)
     path = Path(config.dataset)
     if config.dataset.strip() and path.is_dir():  # Path("") is the working directory
         return folder(path, fraction, config.seed, config.selection_fraction)
@@ -136,24 +186,26 @@ def folder(path, validation_fraction=0.2, seed=0, selection_fraction=0.0):
             f"{path} has too few images to hold out an evaluation split: a class needs at least 2 readable images."
         )
 
-    def dataset(index, shuffle=False):
-        paths = tf.data.Dataset.from_tensor_slices((files[index], labels[index]))
-        if shuffle and len(index):  # file names are cheap to shuffle whole; decoded images are not
-            paths = paths.shuffle(len(index), seed=seed, reshuffle_each_iteration=True)
-        images = paths.map(lambda f, y: (_decode_file(f), y), num_parallel_calls=tf.data.AUTOTUNE)
-        # A JPEG broken inside its pixel data passes the check: training steps over it.
-        return images.ignore_errors() if shuffle else images
+    def dataset(index):
+        return tf.data.Dataset.from_tensor_slices((files[index], labels[index]))
 
+    def images(index):
+        return dataset(index).map(lambda f, y: (_decode_file(f), y), num_parallel_calls=tf.data.AUTOTUNE)
+
+    # Training shuffles the file names whole, which is cheap, and decodes each image as it is read:
+    # no decoded image waits in a shuffle buffer.
     return Source(
-        dataset(train, shuffle=True),
-        dataset(held_out),
+        dataset(train),
+        images(held_out),
         classes,
         len(train),
         len(held_out),
-        dataset(select) if len(select) else None,
+        images(select) if len(select) else None,
         len(select),
         skipped=len(skipped),
-        shuffled=True,
+        decode=_decode_file,
+        # A JPEG broken inside its pixel data passes the check: training steps over it.
+        drop_undecodable=True,
     )
 
 
@@ -248,12 +300,12 @@ def _decodable(files):
     return {int(i) for batch, _ in ds.batch(4096).as_numpy_iterator() for i in batch}
 
 
-def tfds_source(name, train_split=None, eval_split=None, selection_fraction=0.0, seed=0):
+def tfds_source(name, train_split=None, eval_split=None, selection_fraction=0.0):
     """A tensorflow-datasets image-classification dataset; the selection split is the last
     `selection_fraction` of the training split (`selection_splits`). Not prepared and offline:
-    a clear error within seconds (tfds itself would retry for minutes). The training split is
-    shuffled with `seed` every pass, in a buffer of `SHUFFLE_BUFFER` records read as stored
-    (images still encoded where tfds stores them so)."""
+    a clear error within seconds (tfds itself would retry for minutes). Training shuffles the
+    training split in a buffer of `SHUFFLE_BUFFER` records read as stored (images still encoded
+    where tfds stores them so)."""
     import tensorflow_datasets as tfds
 
     known = tfds.list_builders(with_community_datasets=False)
@@ -311,13 +363,23 @@ def tfds_source(name, train_split=None, eval_split=None, selection_fraction=0.0,
             counts.append(builder.info.splits[split].num_examples)
         except KeyError:  # no split metadata (e.g. under tfds.testing.mock_data): count
             counts.append(int(ds.reduce(0, lambda n, _: n + 1)))
-        if split == train_split:
-            ds = ds.shuffle(min(counts[-1], SHUFFLE_BUFFER), seed=seed, reshuffle_each_iteration=True)
-        datasets.append(ds.map(lambda x, y: (to_rgb(x), y), num_parallel_calls=tf.data.AUTOTUNE))
+        if split != train_split:  # the training split is decoded as `Source.passes` reads it
+            ds = ds.map(lambda x, y: (to_rgb(x), y), num_parallel_calls=tf.data.AUTOTUNE)
+        datasets.append(ds)
     if select_split is not None and counts[2] == 0:
         logger.warning("keras_vit: the selection split %s is empty; best.keras will be the last epoch", select_split)
         datasets[2] = None
-    return Source(datasets[0], datasets[1], list(names), counts[0], counts[1], datasets[2], counts[2], shuffled=True)
+    return Source(
+        datasets[0],
+        datasets[1],
+        list(names),
+        counts[0],
+        counts[1],
+        datasets[2],
+        counts[2],
+        decode=to_rgb,
+        shuffle_buffer=SHUFFLE_BUFFER,
+    )
 
 
 def selection_splits(train_split, fraction):

@@ -1,30 +1,27 @@
 """tf.data input pipelines: the official training crop, flips, MixUp/CutMix; evaluation batches
 through the model's own image transform.
 
-Random choices come from per-example seeds drawn from `config.seed` and stateless ops, so a
-run is reproducible even with parallel map calls.
+Random choices come from stateless ops seeded by `config.seed` and each example's place in the
+stream, so a run is reproducible even with parallel map calls, and a resumed run augments as
+the uninterrupted run would have.
 """
 
+import numpy as np
 import tensorflow as tf
-
-from keras_vit.training.datasets import SHUFFLE_BUFFER
 
 AUTOTUNE = tf.data.AUTOTUNE
 
 
-def train_pipeline(source_ds, num_examples, config, image_size, num_classes, global_batch, cache=False, shuffled=False):
-    """Batches of (float32 pixels in [0, 255], one-hot labels), repeated forever. `shuffled`:
-    the source reshuffles its own order every pass, before decoding (folders, tfds; see
-    `datasets.Source`), so no decoded image waits in a shuffle buffer here."""
-    ds = source_ds.cache() if cache else source_ds
-    if not shuffled:
-        ds = ds.shuffle(min(num_examples, SHUFFLE_BUFFER), seed=config.seed, reshuffle_each_iteration=True)
-    ds = ds.repeat()
-    seeds = tf.data.Dataset.random(seed=config.seed).batch(2)  # one stateless seed per example
-    ds = tf.data.Dataset.zip((ds, seeds))
+def train_pipeline(source, config, image_size, num_classes, global_batch, start_step=0):
+    """Batches of (float32 pixels in [0, 255], one-hot labels) from `source` (a
+    `datasets.Source`), without end, beginning at step `start_step` of the run: a run resumed
+    there reads the batches it would have read. Each example's random choices are drawn from
+    `config.seed` and its place in the stream, each batch's mix from its step (`--randaugment`
+    draws from a generator that starts afresh)."""
+    ds = source.passes(config.seed, start_step * global_batch)
 
-    def augment(example, seed):
-        (image, label), seed = example, tf.cast(seed, tf.int32)
+    def augment(image, label, position):
+        seed = _seed(config.seed, position)
         if config.augment == "translate":
             image = translate(image, image_size, seed)
         elif config.augment == "affine":
@@ -46,11 +43,17 @@ def train_pipeline(source_ds, num_examples, config, image_size, num_classes, glo
         ds = ds.map(lambda x, y: (rand_augment(x, training=True), y), num_parallel_calls=AUTOTUNE)
     ds = ds.batch(global_batch, drop_remainder=True)
     if config.mixup > 0 or config.cutmix > 0:
-        mix_seeds = tf.data.Dataset.random(seed=config.seed + 1).batch(2)
-        ds = tf.data.Dataset.zip((ds, mix_seeds)).map(
-            lambda b, s: mix(b, s, config.mixup, config.cutmix), num_parallel_calls=AUTOTUNE
+        steps = tf.data.Dataset.range(start_step, np.iinfo(np.int64).max)
+        ds = tf.data.Dataset.zip((ds, steps)).map(
+            lambda b, step: mix(b, _seed(config.seed + 1, step), config.mixup, config.cutmix),
+            num_parallel_calls=AUTOTUNE,
         )
     return ds.prefetch(AUTOTUNE)
+
+
+def _seed(seed, position):
+    """The stateless seed of the example or batch at `position` of a run seeded `seed`."""
+    return tf.cast(tf.stack([tf.constant(seed, tf.int64), position]), tf.int32)
 
 
 def eval_pipeline(source_ds, transform, num_classes, batch_size, num_examples=None, multiple=1):

@@ -100,21 +100,26 @@ def schedule(config, num_train, global_batch):
     return math.ceil(config.steps / epochs), epochs
 
 
-def steps_per_call(requested, steps_per_epoch, fused):
+def steps_per_call(requested, steps_per_epoch, fused, resumed_step=0):
     """Training steps per compiled call (Keras's `steps_per_execution`), a divisor of
     `steps_per_epoch`: Keras runs whole calls, so on a repeated dataset a call size that did not
     divide the epoch would train past every epoch's end (44 steps in calls of 8: 48) and past
-    the schedule's end at learning rate 0. `requested`: the user's choice, refused with the
-    divisors when it does not divide. `fused`: where many steps per call pay off (the small
+    the schedule's end at learning rate 0. A run resumed `resumed_step` steps into an epoch
+    needs a divisor of the rest of that epoch too. `requested`: the user's choice, refused with
+    the divisors when it does not divide. `fused`: where many steps per call pay off (the small
     digits model); the largest divisor up to 16 then, else 1."""
+    whole = math.gcd(steps_per_epoch, resumed_step)  # resumed_step 0: steps_per_epoch
     if requested is None:
-        return max(d for d in range(1, 17) if steps_per_epoch % d == 0) if fused else 1
-    if steps_per_epoch % requested:
-        divisors = [d for d in range(1, steps_per_epoch + 1) if steps_per_epoch % d == 0]
+        return max(d for d in range(1, 17) if whole % d == 0) if fused else 1
+    if whole % requested:
+        divisors = [d for d in range(1, whole + 1) if whole % d == 0]
+        if resumed_step:
+            trains = f"the {steps_per_epoch - resumed_step} steps left of the epoch this run resumes"
+        else:
+            trains = f"the {steps_per_epoch} steps of an epoch, so Keras would train "
+            trains += f"{math.ceil(steps_per_epoch / requested) * requested} per epoch"
         raise ValueError(
-            f"steps_per_execution {requested} does not divide the {steps_per_epoch} steps of an epoch, so "
-            f"Keras would train {math.ceil(steps_per_epoch / requested) * requested} per epoch; choose one of "
-            f"{', '.join(map(str, divisors))}."
+            f"steps_per_execution {requested} does not divide {trains}; choose one of {', '.join(map(str, divisors))}."
         )
     return requested
 

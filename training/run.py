@@ -14,9 +14,9 @@ import keras_vit
 from keras_vit import names, progress, saving
 from keras_vit.checkpoints import known
 from keras_vit.training import datasets, multi_worker, pipeline, recipes
-from keras_vit.training.callbacks import AtomicCheckpoint, PeriodicBackupAndRestore, StopOnInterrupt, StopOnNaN
+from keras_vit.training.callbacks import AtomicCheckpoint, ResumeState, StopAfterEpoch, StopOnInterrupt, StopOnNaN
 from keras_vit.training.config import SPLIT_FIELDS, TrainConfig
-from keras_vit.training.strategy import agree, batch_multiple, make_placement, this_process_only
+from keras_vit.training.strategy import agree, batch_multiple, make_placement, process_count, this_process_only
 from keras_vit.transform import ImageTransform
 
 logger = logging.getLogger("keras_vit")
@@ -32,7 +32,7 @@ def fit(config, overwrite=False, verbose=None):
 
     The run directory gets `config.yaml` (resolved), `labels.txt`, `best.keras`/`last.keras`,
     `log.csv`, `tensorboard/`, `backup/` (resume state) and `eval.json`. Started again with
-    the same config, an interrupted run resumes where its last completed epoch left it, and a
+    the same config, an interrupted run resumes at the step its resume state was saved after, and a
     finished one (its `eval.json` written, no resume state left) is not trained again: its
     `eval.json` is returned. `overwrite` empties the directory first and trains from scratch.
     `verbose`: Keras's progress verbosity (default: a live bar on a terminal, a line per epoch
@@ -65,7 +65,9 @@ def fit(config, overwrite=False, verbose=None):
     # step per call and jit_compile means torch.compile).
     small = c.is_digits and placement.replicas == 1 and placement.supports_jit and keras.backend.backend() != "torch"
     jit_compile = (placement.prefers_jit or small) if c.jit_compile is None else c.jit_compile
-    steps_per_call = recipes.steps_per_call(c.steps_per_execution, steps_per_epoch, small)
+    steps_per_call = recipes.steps_per_call(
+        c.steps_per_execution, steps_per_epoch, small, ResumeState.saved_step(backup_dir) or 0
+    )
     with placement.scope():
         model = _build_model(c, model_config, source.class_names)
         model.compile(
@@ -81,9 +83,6 @@ def fit(config, overwrite=False, verbose=None):
     if c.strategy == "multi_worker":
         multi_worker.apply(model)
     size, num_classes = model.config.image_size, len(source.class_names)
-    train = pipeline.train_pipeline(
-        source.train, source.num_train, c, size, num_classes, global_batch, cache=c.is_digits, shuffled=source.shuffled
-    )
     # The epoch kept as best.keras is chosen on the selection split, never on the evaluation
     # split that eval.json reports.
     selection = None
@@ -96,16 +95,24 @@ def fit(config, overwrite=False, verbose=None):
             source.num_select,
             batch_multiple(global_batch),
         )
-    nan = StopOnNaN()
+    nan, interrupt = StopOnNaN(), StopOnInterrupt()
     # The workers of a TF multi-worker job keep their own resume states by their own clocks: an
     # interval could let them save after different epochs and resume out of step (weights that
-    # differ, one worker an epoch ahead), so they save after every epoch. JAX processes agree.
-    backup_interval = 0 if c.strategy == "multi_worker" else c.checkpoint_interval
+    # differ, one worker an epoch ahead), so they save after every epoch. Several JAX processes
+    # agree at epochs' ends; one process also saves within epochs.
+    multi_worker_job = c.strategy == "multi_worker"
+    resume = ResumeState(
+        backup_dir,
+        0 if multi_worker_job else c.checkpoint_interval,
+        global_batch,
+        within_epochs=not multi_worker_job and process_count() == 1,
+        stopping=lambda: interrupt.pending,
+    )
     callbacks = [
-        PeriodicBackupAndRestore(str(backup_dir), backup_interval, global_batch),
+        resume,
         nan,
-        # With ema: the averaged weights are evaluated and saved (BackupAndRestore, before it,
-        # keeps the raw weights and the average in the optimizer's state).
+        # With ema: the averaged weights are evaluated and saved (ResumeState, before it, keeps
+        # the raw weights and the average in the optimizer's state).
         *([keras.callbacks.SwapEMAWeights(swap_on_epoch=True)] if c.ema else []),
     ]
     if chief:
@@ -130,17 +137,33 @@ def fit(config, overwrite=False, verbose=None):
     _store_config(c)
     if chief:
         (run_dir / LABELS_FILE).write_text("\n".join(source.class_names) + "\n")
-    # shuffle=False: the pipeline shuffles itself (Keras warns that it ignores shuffle=True).
-    with StopOnInterrupt() as interrupt:
+    resume.set_model(model)
+    with placement.scope():
+        epoch, step = resume.restore()
+    if epoch >= epochs:
+        logger.info("keras_vit: all %d epochs are trained (the resume state in %s)", epoch, backup_dir)
+
+    def train_epochs(first_epoch, first_step, *more):
+        resume.first_step = first_step
+        start = first_epoch * steps_per_epoch + first_step
+        # shuffle=False: the pipeline shuffles itself (Keras warns that it ignores shuffle=True).
         model.fit(
-            train,
+            pipeline.train_pipeline(source, c, size, num_classes, global_batch, start),
             epochs=epochs,
-            steps_per_epoch=steps_per_epoch,
+            initial_epoch=first_epoch,
+            steps_per_epoch=steps_per_epoch - first_step,
             validation_data=selection,
             shuffle=False,
-            callbacks=[*callbacks, interrupt],
+            callbacks=[*callbacks, *more, interrupt],
             verbose=verbose if chief else 0,  # one progress bar per job
         )
+
+    with interrupt:
+        if step and epoch < epochs:  # the rest of the epoch the state was saved in, alone
+            train_epochs(epoch, step, StopAfterEpoch())
+            epoch += 1
+        if epoch < epochs and not nan.reason:
+            train_epochs(epoch, 0)
     if nan.reason:
         best = run_dir / names.RUN_CHECKPOINTS[0]
         kept = f"kept the last good checkpoint: {best}" if best.exists() else "no epoch finished well, so no checkpoint"
@@ -384,7 +407,7 @@ def _resumed_global_batch(c, replicas, backup_dir):
     number of devices the per-replica batch changes, not the global batch, the steps per epoch
     or the learning-rate schedule), else `_global_batch`'s."""
     global_batch = _global_batch(c, replicas)
-    saved = PeriodicBackupAndRestore.saved_global_batch(backup_dir)
+    saved = ResumeState.saved_global_batch(backup_dir)
     if saved is None or saved == global_batch:
         return global_batch
     if c.global_batch_size is None and saved % replicas == 0:
@@ -489,10 +512,12 @@ def _prepare_run_dir(c, overwrite):
     return run_dir
 
 
-def saved_epochs(config):
-    """How many epochs the resume state of `config`'s run holds (the same config goes on after
-    them), or None when it has none."""
-    return PeriodicBackupAndRestore.saved_epochs(Path(config.resolved().run_dir) / names.RUN_BACKUP)
+def saved_position(config):
+    """Where the resume state of `config`'s run stands, `(epochs done, steps done of the next
+    epoch)` (the same config goes on from there), or None when it has none."""
+    backup_dir = Path(config.resolved().run_dir) / names.RUN_BACKUP
+    epoch = ResumeState.saved_epochs(backup_dir)
+    return None if epoch is None else (epoch, ResumeState.saved_step(backup_dir) or 0)
 
 
 def _store_config(c):

@@ -33,18 +33,14 @@ def export_samples(model, source=None, dataset=None, calibration_size=200, eval_
         return np.concatenate(images), np.concatenate(labels).argmax(-1)
 
     eval_images, eval_labels = arrays(data.eval, eval_limit)
-    # A source that shuffles itself does so before decoding; shuffling its decoded images whole
-    # would hold the training split in memory.
-    train = data.train if data.shuffled else data.train.shuffle(data.num_train, seed=config.seed)
-    calibration, _ = arrays(train, calibration_size)
+    # The first pass of training's order: shuffled before decoding, no decoded image buffered.
+    calibration, _ = arrays(data.passes(config.seed).map(lambda image, label, _: (image, label)), calibration_size)
     batch = min(config.batch_size, data.num_train)
     return dict(
         eval_images=eval_images,
         eval_labels=eval_labels,
         calibration_images=calibration,
-        train=pipeline.train_pipeline(
-            data.train, data.num_train, config, size, num_classes, batch, shuffled=data.shuffled
-        ),
+        train=pipeline.train_pipeline(data, config, size, num_classes, batch),
         steps_per_epoch=max(1, data.num_train // batch),
         label_smoothing=config.label_smoothing or 0.0,
         data_split=trained_on,
