@@ -955,8 +955,13 @@ def test_a_kill_while_saving_the_resume_state_leaves_the_previous_one_whole(tmp_
     assert restore.restore() == (1, 0)  # the state after epoch 1, not the half-written one after epoch 2
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(resumed.get_layer("head").kernel), saved)
 
+    # The state after epoch 1 is one position file naming one weights file; the half-written
+    # weights of epoch 2 were never named.
+    assert [p.name for p in (tmp_path / "backup").glob("state-*")] == ["state-1-0.weights.h5"]
+    backup.on_train_batch_end(4)  # within epochs: not without `within_epochs`
+    assert ResumeState.saved_step(tmp_path / "backup") == 0
     # A state damaged some other way (a full disk, a copy cut short) is named, with what to do.
-    weights = tmp_path / "backup" / "latest.weights.h5"
+    weights = tmp_path / "backup" / "state-1-0.weights.h5"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
     restore = ResumeState(str(tmp_path / "backup"))
     restore.set_model(compiled())

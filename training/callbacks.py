@@ -53,22 +53,28 @@ def _is_last_epoch(callback, epoch):
 class ResumeState(keras.callbacks.Callback):
     """The run's resume state in `backup_dir`: the weights with the optimizer's state, and where
     training stands (epochs done, steps done of the next one). `restore` brings it back before
-    `fit`; `fit` then starts there (`train_pipeline(start_step=...)` reads on from the same
-    example). Written after the first and the last epoch, once `interval` seconds have passed
-    (0: every epoch) at an epoch's end or, `within_epochs` (one process), at a step's end, and
-    at the step after which `stopping()` turns true (Ctrl-C, SIGTERM: `StopOnInterrupt.pending`), so a
-    stopped run loses no step and a killed one at most `interval` seconds of work. Each file is
-    written beside its place and renamed into it, so a kill while saving leaves the previous
-    state whole. The run deletes the state once its evaluation is written, so a run stopped
-    while evaluating evaluates again rather than training again."""
+    `fit`, which then starts there (`train_pipeline(start_step=...)` reads on from the same
+    example).
 
-    WEIGHTS, POSITION = "latest.weights.h5", "training_metadata.json"  # Keras's BackupAndRestore names
+    Written after the first and the last epoch; once `interval` seconds have passed, at an
+    epoch's end or, `within_epochs` (one process), at a step's end (0: after every epoch; the
+    interval grows to 19 times the last save's duration, so saving takes at most a 20th of the
+    time); and at the step after which `stopping()` turns true (Ctrl-C, SIGTERM:
+    `StopOnInterrupt.pending`). A stopped run loses no step, a killed one the steps since the
+    last save. The weights go to a file of their own and the position, which names it, is
+    renamed into place: a kill while saving leaves the previous state whole. The run deletes
+    the state once its evaluation is written, so a run stopped while evaluating evaluates again
+    rather than training again."""
+
+    POSITION = "training_metadata.json"  # names the weights file of the state (Keras's BackupAndRestore name)
+    WEIGHTS = "latest.weights.h5"  # the weights of a state that names none (written by earlier versions)
 
     def __init__(self, backup_dir, interval=30.0, global_batch=None, within_epochs=False, stopping=None):
         super().__init__()
         self.backup_dir = Path(backup_dir)
         self.within_epochs = within_epochs
         self.first_step = 0  # steps of the coming fit's first epoch done before it (a resumed epoch)
+        self._interval = float(interval)
         self._due = _Every(interval)
         self._global_batch = global_batch  # recorded with the state: a resumed run keeps its batch
         self._stopping = stopping or (lambda: False)
@@ -77,12 +83,11 @@ class ResumeState(keras.callbacks.Callback):
     def restore(self):
         """Loads the saved weights and optimizer state into the model (built, its optimizer
         too); returns `(epochs done, steps done of the next epoch)`, `(0, 0)` without a state."""
-        weights = self.backup_dir / self.WEIGHTS
-        if not weights.is_file():
+        if not (self.backup_dir / self.POSITION).is_file():
             return 0, 0
         try:
-            self.model.load_weights(weights)
             position = json.loads((self.backup_dir / self.POSITION).read_text())
+            self.model.load_weights(self.backup_dir / position.get("weights", self.WEIGHTS))
             epoch, step = int(position["epoch"]), int(position.get("step", 0))
         except (OSError, ValueError, KeyError, TypeError) as error:  # h5py: OSError; damaged JSON: ValueError
             raise OSError(
@@ -125,15 +130,25 @@ class ResumeState(keras.callbacks.Callback):
         return _saved(backup_dir, "global_batch")
 
     def _save(self, epoch, step):
+        """Writes the weights to a file of their own, then renames the position, which names
+        that file, into place: the one rename that replaces the state. Older weights go after."""
+        began = time.monotonic()
         if hasattr(self.model, "jax_state_sync"):  # JAX keeps the state apart from the variables during fit
             self.model.jax_state_sync()
         self.backup_dir.mkdir(parents=True, exist_ok=True)
-        weights = self.backup_dir / (_PARTIAL + ".weights.h5")  # Keras needs the suffix
-        self.model.save_weights(weights, overwrite=True)
+        name = f"state-{epoch}-{step}.weights.h5"
+        partial = self.backup_dir / (_PARTIAL + ".weights.h5")  # Keras needs the suffix
+        self.model.save_weights(partial, overwrite=True)
+        os.replace(partial, self.backup_dir / name)
         position = self.backup_dir / (_PARTIAL + ".json")
-        position.write_text(json.dumps({"epoch": epoch, "step": step, "global_batch": self._global_batch}))
-        os.replace(weights, self.backup_dir / self.WEIGHTS)
+        state = {"epoch": epoch, "step": step, "global_batch": self._global_batch, "weights": name}
+        position.write_text(json.dumps(state))
         os.replace(position, self.backup_dir / self.POSITION)
+        for older in self.backup_dir.glob("*.weights.h5"):
+            if older.name != name:
+                older.unlink(missing_ok=True)
+        if self._interval > 0:  # saving takes at most a 20th of the time (a large model's state: GBs)
+            self._due.seconds = max(self._interval, 19 * (time.monotonic() - began))
 
 
 def _saved(backup_dir, key):

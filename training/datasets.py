@@ -25,8 +25,9 @@ import tensorflow as tf
 from keras_vit.names import IMAGE_EXTENSIONS, JPEG_DCT_METHOD, WHOLE_SPLIT
 
 logger = logging.getLogger("keras_vit")
-# Examples held for shuffling a source that cannot be shuffled whole: a tfds split's records,
-# still encoded (decoded, 10,000 ImageNet-size images would take about 5 GB).
+# Records permuted together for a source that cannot be shuffled whole: a tfds split's, still
+# encoded (ImageNet: about 1.1 GB a window, two in memory as the next is read; decoded, 10,000
+# such images would take about 5 GB).
 SHUFFLE_BUFFER = 10_000
 _WARNED = set()  # (folder, count) of the unreadable-files warnings given
 
@@ -77,7 +78,8 @@ class Source:
 
         def one_pass(number):
             windows = self.records.batch(window) if fixed else self.records.ragged_batch(window)
-            return windows.enumerate().flat_map(lambda index, records: permuted(number, index, records))
+            # The next window is read while this one is used: no wait at each window's start.
+            return windows.prefetch(1).enumerate().flat_map(lambda index, records: permuted(number, index, records))
 
         first, offset = divmod(start, self.num_train)
         stream = tf.data.Dataset.range(first, _FOREVER).flat_map(one_pass).skip(offset)
