@@ -129,7 +129,8 @@ _FLAGS = {
         dict(
             type=float,
             help="seconds between saves of the resume state, within epochs too, and of last.keras (30; 0: "
-            "every epoch). Ctrl-C and SIGTERM save the resume state where they stop",
+            "every epoch). Ctrl-C and SIGTERM save the resume state where they stop (one process; "
+            "several save at epochs' ends)",
         ),
     ),
     "--seed": ("seed", dict(type=int, help="seeds the weights, the splits and the augmentation (0)")),

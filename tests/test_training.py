@@ -957,9 +957,24 @@ def test_a_kill_while_saving_the_resume_state_leaves_the_previous_one_whole(tmp_
 
     # The state after epoch 1 is one position file naming one weights file; the half-written
     # weights of epoch 2 were never named.
-    assert [p.name for p in (tmp_path / "backup").glob("state-*")] == ["state-1-0.weights.h5"]
+    assert sorted(p.name for p in (tmp_path / "backup").glob("state-*")) == [
+        "state-1-0.seeds.npz",  # dropout's random generators' states
+        "state-1-0.weights.h5",
+    ]
     backup.on_train_batch_end(4)  # within epochs: not without `within_epochs`
     assert ResumeState.saved_step(tmp_path / "backup") == 0
+
+    # A state of an earlier version (Keras's BackupAndRestore files) resumes too; the next save
+    # replaces it.
+    legacy = tmp_path / "legacy"
+    legacy.mkdir()
+    model.save_weights(legacy / "latest.weights.h5")
+    (legacy / "training_metadata.json").write_text(json.dumps({"epoch": 3, "batch": 0}))
+    restore = ResumeState(str(legacy))
+    restore.set_model(compiled())
+    assert restore.restore() == (3, 0) and ResumeState.saved_epochs(legacy) == 3
+    restore.on_epoch_end(3)
+    assert sorted(p.name for p in legacy.iterdir()) == ["position.json", "state-4-0.seeds.npz", "state-4-0.weights.h5"]
     # A state damaged some other way (a full disk, a copy cut short) is named, with what to do.
     weights = tmp_path / "backup" / "state-1-0.weights.h5"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
@@ -967,6 +982,38 @@ def test_a_kill_while_saving_the_resume_state_leaves_the_previous_one_whole(tmp_
     restore.set_model(compiled())
     with pytest.raises(OSError, match=r"resume state in \S+backup cannot be read .*remove that folder to train"):
         restore.restore()
+
+
+def test_a_stop_during_an_epochs_end_waits_for_a_step_that_saves_it(tmp_path):
+    """A signal noted after the resume state decided whether to save at an epoch's end (while
+    last.keras is written, say) is raised at the next step's end, where the state is saved,
+    not at the epoch's end, which would lose the steps since the last save."""
+    from keras_vit.training.callbacks import Interrupted, ResumeState, StopOnInterrupt
+
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        pytest.skip("SIGTERM is handled by someone else in this process")
+    interrupt = StopOnInterrupt()
+    resume = ResumeState(
+        str(tmp_path / "backup"), interval=3600, within_epochs=True, stopping=lambda: interrupt.pending
+    )
+    interrupt.saver = resume
+    saved = []
+    resume._save = lambda epoch, step: saved.append((epoch, step))
+    for callback in (resume, interrupt):
+        callback.set_params({"epochs": 5, "steps": 10})
+        callback.on_train_begin()
+    with pytest.raises(Interrupted):
+        with interrupt:
+            resume.on_epoch_begin(1)
+            resume.on_epoch_end(1)  # saves (the first epoch of this fit) before the signal
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.1)
+            interrupt.on_epoch_end(1)  # not raised here
+            resume.on_epoch_begin(2)
+            resume.on_train_batch_end(3)
+            assert saved == [(2, 0), (2, 4)]
+            interrupt.on_train_batch_end(3)
+    assert saved == [(2, 0), (2, 4)]
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])

@@ -52,11 +52,13 @@ def test_a_run_stopped_mid_epoch_saves_there_and_resumes_to_the_uninterrupted_we
     """SIGTERM (a scheduler's preemption) or Ctrl-C in the middle of an epoch: the resume state
     is written at the step the run stops after, and the resumed run reads the data from there
     on, so it ends with the weights of the run that was never stopped, also resumed with another
-    `--steps-per-execution`. A stop in an epoch's last call finishes the epoch (validated and
+    `--steps-per-execution`, and with dropout and stochastic depth (their random generators'
+    states are saved too). A stop in an epoch's last call finishes the epoch (validated and
     logged) first."""
     from keras_vit.training.callbacks import Interrupted, StopOnNaN
 
-    model = dict(image_size=16, patch_size=4, hidden_size=32, num_layers=1, num_heads=2, mlp_dim=64)
+    model = dict(image_size=16, patch_size=4, hidden_size=32, num_layers=2, num_heads=2, mlp_dim=64)
+    model.update(dropout_rate=0.1, attention_dropout_rate=0.1, drop_path_rate=0.1)
 
     def config(name, **fields):
         run_dir = str(tmp_path / name)
@@ -81,7 +83,7 @@ def test_a_run_stopped_mid_epoch_saves_there_and_resumes_to_the_uninterrupted_we
         monkeypatch.setattr(StopOnNaN, "on_train_batch_begin", stop_in_epoch_2(at_its_end))
         with pytest.raises(Interrupted):
             fit(config(name), verbose=0)
-        position = json.loads((tmp_path / name / "backup" / "training_metadata.json").read_text())
+        position = json.loads((tmp_path / name / "backup" / "position.json").read_text())
         if at_its_end:
             assert (position["epoch"], position["step"]) == (2, 0), position
         else:

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import keras
+import numpy as np
 
 from keras_vit.names import RUN_CHECKPOINTS
 from keras_vit.saving import inference_copy, save_model
@@ -66,8 +67,10 @@ class ResumeState(keras.callbacks.Callback):
     the state once its evaluation is written, so a run stopped while evaluating evaluates again
     rather than training again."""
 
-    POSITION = "training_metadata.json"  # names the weights file of the state (Keras's BackupAndRestore name)
-    WEIGHTS = "latest.weights.h5"  # the weights of a state that names none (written by earlier versions)
+    POSITION = "position.json"  # names the state's weights and random-state files
+    # The state earlier versions wrote (Keras's BackupAndRestore names), still read; a new name
+    # keeps them from reading a state of this version as one without weights.
+    LEGACY_POSITION, LEGACY_WEIGHTS = "training_metadata.json", "latest.weights.h5"
 
     def __init__(self, backup_dir, interval=30.0, global_batch=None, within_epochs=False, stopping=None):
         super().__init__()
@@ -79,15 +82,28 @@ class ResumeState(keras.callbacks.Callback):
         self._global_batch = global_batch  # recorded with the state: a resumed run keeps its batch
         self._stopping = stopping or (lambda: False)
         self._first_epoch = True
+        self.saw_stop = False  # whether a stop was pending when the last epoch's end decided
+        self._torch_generators = {}  # PyTorch generator states to set at the next fit's first step
 
     def restore(self):
-        """Loads the saved weights and optimizer state into the model (built, its optimizer
-        too); returns `(epochs done, steps done of the next epoch)`, `(0, 0)` without a state."""
-        if not (self.backup_dir / self.POSITION).is_file():
+        """Loads the saved weights, optimizer state and random-generator states (dropout's,
+        stochastic depth's) into the model (built, its optimizer too); returns `(epochs done,
+        steps done of the next epoch)`, `(0, 0)` without a state."""
+        path = _position_file(self.backup_dir)
+        if path is None:
             return 0, 0
         try:
-            position = json.loads((self.backup_dir / self.POSITION).read_text())
-            self.model.load_weights(self.backup_dir / position.get("weights", self.WEIGHTS))
+            position = json.loads(path.read_text())
+            self.model.load_weights(self.backup_dir / position.get("weights", self.LEGACY_WEIGHTS))
+            if position.get("seeds"):
+                with np.load(self.backup_dir / position["seeds"]) as saved:
+                    states = _seed_states(self.model)
+                    count = sum(k[0] == "s" and k[1:].isdigit() for k in saved.files)
+                    if count != len(states):
+                        raise ValueError(f"{count} random-generator states for {len(states)}")
+                    for i, variable in enumerate(states):
+                        variable.assign(saved[f"s{i}"])
+                    self._torch_generators = {k: saved[k] for k in saved.files if k.startswith("torch_")}
             epoch, step = int(position["epoch"]), int(position.get("step", 0))
         except (OSError, ValueError, KeyError, TypeError) as error:  # h5py: OSError; damaged JSON: ValueError
             raise OSError(
@@ -97,6 +113,17 @@ class ResumeState(keras.callbacks.Callback):
         where = f"step {step} of epoch {epoch + 1}" if step else f"epoch {epoch}"
         logger.info("keras_vit: resuming after %s, from the resume state in %s", where, self.backup_dir)
         return epoch, step
+
+    def on_train_batch_begin(self, batch, logs=None):
+        # PyTorch's generators as they were where training stopped, set once `fit` has drawn
+        # from them for itself (its DataLoader's seed, a build's dropout), which the
+        # uninterrupted run did once, not at each fit.
+        if self._torch_generators:
+            _set_torch_generators(self._torch_generators)
+            self._torch_generators = {}
+
+    def on_train_end(self, logs=None):
+        self._torch_generators = _torch_generators()  # for the next fit of the run (after a resumed epoch)
 
     def on_train_batch_end(self, batch, logs=None):
         if not self.within_epochs or _ends_epoch(self, batch):  # the epoch's end saves
@@ -110,8 +137,9 @@ class ResumeState(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         self.first_step = 0
         first, self._first_epoch = self._first_epoch, False
+        self.saw_stop = self._stopping()  # a later signal waits for the next step's end (StopOnInterrupt)
         # Several JAX processes: process 0's clock decides for all.
-        if agree(self._due() or first or _is_last_epoch(self, epoch) or self._stopping()):
+        if agree(self._due() or first or _is_last_epoch(self, epoch) or self.saw_stop):
             self._save(epoch + 1, 0)
 
     @classmethod
@@ -130,31 +158,77 @@ class ResumeState(keras.callbacks.Callback):
         return _saved(backup_dir, "global_batch")
 
     def _save(self, epoch, step):
-        """Writes the weights to a file of their own, then renames the position, which names
-        that file, into place: the one rename that replaces the state. Older weights go after."""
+        """Writes the weights and the random-generator states to files of their own, then
+        renames the position, which names them, into place: the one rename that replaces the
+        state. Older files go after."""
         began = time.monotonic()
         if hasattr(self.model, "jax_state_sync"):  # JAX keeps the state apart from the variables during fit
             self.model.jax_state_sync()
         self.backup_dir.mkdir(parents=True, exist_ok=True)
-        name = f"state-{epoch}-{step}.weights.h5"
+        stem = f"state-{epoch}-{step}"
         partial = self.backup_dir / (_PARTIAL + ".weights.h5")  # Keras needs the suffix
         self.model.save_weights(partial, overwrite=True)
-        os.replace(partial, self.backup_dir / name)
+        os.replace(partial, self.backup_dir / f"{stem}.weights.h5")
+        state = {"epoch": epoch, "step": step, "global_batch": self._global_batch, "weights": f"{stem}.weights.h5"}
+        # Keras's weights files leave out the random generators' states (SeedGenerator).
+        seeds = {f"s{i}": keras.ops.convert_to_numpy(v) for i, v in enumerate(_seed_states(self.model))}
+        seeds.update(_torch_generators())
+        if seeds:
+            with open(self.backup_dir / (_PARTIAL + ".npz"), "wb") as file:
+                np.savez(file, **seeds)
+            os.replace(self.backup_dir / (_PARTIAL + ".npz"), self.backup_dir / f"{stem}.seeds.npz")
+            state["seeds"] = f"{stem}.seeds.npz"
         position = self.backup_dir / (_PARTIAL + ".json")
-        state = {"epoch": epoch, "step": step, "global_batch": self._global_batch, "weights": name}
         position.write_text(json.dumps(state))
         os.replace(position, self.backup_dir / self.POSITION)
-        for older in self.backup_dir.glob("*.weights.h5"):
-            if older.name != name:
+        kept = {self.POSITION, state["weights"], state.get("seeds")}
+        for older in [*self.backup_dir.glob("state-*"), *self.backup_dir.glob("latest.weights.h5*")]:
+            if older.name not in kept:
                 older.unlink(missing_ok=True)
+        (self.backup_dir / self.LEGACY_POSITION).unlink(missing_ok=True)
         if self._interval > 0:  # saving takes at most a 20th of the time (a large model's state: GBs)
             self._due.seconds = max(self._interval, 19 * (time.monotonic() - began))
 
 
+def _seed_states(model):
+    """The model's random generators' state variables (dropout, stochastic depth), in order."""
+    return [v for v in model.non_trainable_variables if v.name == "seed_generator_state"]
+
+
+def _torch_generators():
+    """PyTorch's global generators' states (its Keras backend draws unseeded dropout from them)."""
+    if keras.backend.backend() != "torch":
+        return {}
+    import torch
+
+    states = {"torch_cpu": torch.get_rng_state().numpy()}
+    if torch.cuda.is_available():
+        states.update({f"torch_cuda{i}": s.numpy() for i, s in enumerate(torch.cuda.get_rng_state_all())})
+    return states
+
+
+def _set_torch_generators(states):
+    if keras.backend.backend() != "torch" or "torch_cpu" not in states:
+        return
+    import torch
+
+    torch.set_rng_state(torch.from_numpy(states["torch_cpu"]))
+    cuda = [f"torch_cuda{i}" for i in range(torch.cuda.device_count())]
+    if cuda and all(name in states for name in cuda):  # the same number of GPUs
+        torch.cuda.set_rng_state_all([torch.from_numpy(states[name]) for name in cuda])
+
+
+def _position_file(backup_dir):
+    for name in (ResumeState.POSITION, ResumeState.LEGACY_POSITION):
+        if (Path(backup_dir) / name).is_file():
+            return Path(backup_dir) / name
+    return None
+
+
 def _saved(backup_dir, key):
     try:
-        return int(json.loads((Path(backup_dir) / ResumeState.POSITION).read_text())[key])
-    except (OSError, ValueError, KeyError, TypeError):
+        return int(json.loads(_position_file(backup_dir).read_text())[key])
+    except (AttributeError, OSError, ValueError, KeyError, TypeError):  # AttributeError: no position file
         return None
 
 
@@ -181,7 +255,7 @@ class AtomicCheckpoint(keras.callbacks.Callback):
         self._copy = None  # the uncompiled model that is saved, its weights updated each epoch
 
     def on_train_begin(self, logs=None):
-        # A resumed run: BackupAndRestore brings back the weights, not the best value so far,
+        # A resumed run: ResumeState brings back the weights, not the best value so far,
         # which log.csv (Keras's CSVLogger, appending) holds.
         log = self.run_dir / "log.csv"
         if self.monitor is not None and log.is_file():
@@ -226,14 +300,19 @@ class StopOnNaN(keras.callbacks.Callback):
         super().__init__()
         self.reason = None
         self.epoch = 0
+        self.first_step = 0  # steps of the coming fit's first epoch done before it (a resumed epoch)
 
     def on_epoch_begin(self, epoch, logs=None):
         self.epoch = epoch
 
+    def on_epoch_end(self, epoch, logs=None):
+        self.first_step = 0
+
     def on_train_batch_end(self, batch, logs=None):
         loss = (logs or {}).get("loss")
         if loss is not None and not math.isfinite(float(loss)):
-            self.reason = f"loss became {float(loss)} at epoch {self.epoch + 1}, step {batch + 1}"
+            step = self.first_step + batch + 1
+            self.reason = f"loss became {float(loss)} at epoch {self.epoch + 1}, step {step}"
             self.model.stop_training = True
 
 
@@ -247,8 +326,8 @@ class Interrupted(KeyboardInterrupt):
 
 class StopOnInterrupt(keras.callbacks.Callback):
     """Ctrl-C (SIGINT) or SIGTERM (`kill`, `docker stop`, a scheduler's preemption) stops `fit`
-    or `evaluate` with `Interrupted` at the next step's end (after an epoch's last step, or in
-    `fit`'s validation, at the epoch's end: the epoch is validated and saved whole). Raised
+    or `evaluate` with `Interrupted` at the next step's end (after an epoch's last step or in
+    its validation: at the epoch's end, validated and saved whole). Raised
     from Python's own handler,
     the interrupt could be lost: the main thread waits for each step where Keras converts the
     logs to NumPy, and converting a JAX array there swallows an exception raised in the middle
@@ -264,6 +343,7 @@ class StopOnInterrupt(keras.callbacks.Callback):
         self._pending = None
         self._previous = {}
         self._training = False
+        self.saver = None  # the run's ResumeState, which saves where the stop comes
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
@@ -308,4 +388,8 @@ class StopOnInterrupt(keras.callbacks.Callback):
         if not self._training:  # `fit`'s validation goes on to the epoch's end
             self._raise_pending()
 
-    on_epoch_end = _raise_pending
+    def on_epoch_end(self, epoch, logs=None):
+        # A signal that came after `saver` (a `ResumeState`) decided whether to save at this
+        # epoch's end is raised at the next step's end, where the state is saved first.
+        if not self._training or self.saver is None or self.saver.saw_stop:
+            self._raise_pending()

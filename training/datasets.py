@@ -74,15 +74,23 @@ class Source:
         def permuted(number, index, records):
             key = tf.random.experimental.stateless_fold_in(tf.stack([tf.cast(seed, tf.int64), number]), index)
             order = tf.random.experimental.stateless_shuffle(tf.range(tf.shape(records[1])[0]), key)
-            return tf.data.Dataset.from_tensor_slices(tuple(tf.gather(part, order) for part in records))
+            examples = tf.data.Dataset.from_tensor_slices(tuple(tf.gather(part, order) for part in records))
+            if fixed:
+                return examples
+            return examples.map(lambda record, label: (_dense(record), label))
 
-        def one_pass(number):
-            windows = self.records.batch(window) if fixed else self.records.ragged_batch(window)
+        def one_pass(number, first_window=0):
+            records = self.records.skip(first_window * window) if first_window else self.records
+            windows = records.batch(window) if fixed else records.ragged_batch(window)
             # The next window is read while this one is used: no wait at each window's start.
-            return windows.prefetch(1).enumerate().flat_map(lambda index, records: permuted(number, index, records))
+            windows = windows.prefetch(1).enumerate(start=first_window)
+            return windows.flat_map(lambda index, records: permuted(number, index, records))
 
+        # The first pass from its window holding `start`: earlier windows are read, not permuted.
         first, offset = divmod(start, self.num_train)
-        stream = tf.data.Dataset.range(first, _FOREVER).flat_map(one_pass).skip(offset)
+        first_window, offset = divmod(offset, window)
+        stream = one_pass(tf.constant(first, tf.int64), first_window).skip(offset)
+        stream = stream.concatenate(tf.data.Dataset.range(first + 1, _FOREVER).flat_map(one_pass))
         return self._decoded(tf.data.Dataset.zip(stream, tf.data.Dataset.range(start, _FOREVER)))
 
     def _decoded(self, ds):
@@ -94,6 +102,10 @@ class Source:
             deterministic=True,
         )
         return ds.ignore_errors() if self.drop_undecodable else ds
+
+
+def _dense(record):
+    return record.to_tensor() if isinstance(record, tf.RaggedTensor) else record
 
 
 def load(config):

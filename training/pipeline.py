@@ -21,7 +21,7 @@ def train_pipeline(source, config, image_size, num_classes, global_batch, start_
     ds = source.passes(config.seed, start_step * global_batch)
 
     def augment(image, label, position):
-        seed = _seed(config.seed, position)
+        seed = _seed(config.seed, position, 0)
         if config.augment == "translate":
             image = translate(image, image_size, seed)
         elif config.augment == "affine":
@@ -45,15 +45,17 @@ def train_pipeline(source, config, image_size, num_classes, global_batch, start_
     if config.mixup > 0 or config.cutmix > 0:
         steps = tf.data.Dataset.range(start_step, np.iinfo(np.int64).max)
         ds = tf.data.Dataset.zip((ds, steps)).map(
-            lambda b, step: mix(b, _seed(config.seed + 1, step), config.mixup, config.cutmix),
+            lambda b, step: mix(b, _seed(config.seed, step, 1), config.mixup, config.cutmix),
             num_parallel_calls=AUTOTUNE,
         )
     return ds.prefetch(AUTOTUNE)
 
 
-def _seed(seed, position):
-    """The stateless seed of the example or batch at `position` of a run seeded `seed`."""
-    return tf.cast(tf.stack([tf.constant(seed, tf.int64), position]), tf.int32)
+def _seed(seed, position, purpose):
+    """The stateless seed of the example or batch at `position` of a run seeded `seed`, for
+    `purpose` (0: an example's augmentation, 1: a batch's mix): no two share one."""
+    key = tf.stack([tf.constant(seed, tf.int64), tf.cast(position, tf.int64)])
+    return tf.cast(tf.random.experimental.stateless_fold_in(key, purpose), tf.int32)
 
 
 def eval_pipeline(source_ds, transform, num_classes, batch_size, num_examples=None, multiple=1):

@@ -114,7 +114,9 @@ def steps_per_call(requested, steps_per_epoch, fused, resumed_step=0):
     if whole % requested:
         divisors = [d for d in range(1, whole + 1) if whole % d == 0]
         if resumed_step:
-            trains = f"the {steps_per_epoch - resumed_step} steps left of the epoch this run resumes"
+            trains = (
+                f"both the {steps_per_epoch} steps of an epoch and the {resumed_step} of the epoch this run resumes"
+            )
         else:
             trains = f"the {steps_per_epoch} steps of an epoch, so Keras would train "
             trains += f"{math.ceil(steps_per_epoch / requested) * requested} per epoch"

@@ -65,9 +65,10 @@ def fit(config, overwrite=False, verbose=None):
     # step per call and jit_compile means torch.compile).
     small = c.is_digits and placement.replicas == 1 and placement.supports_jit and keras.backend.backend() != "torch"
     jit_compile = (placement.prefers_jit or small) if c.jit_compile is None else c.jit_compile
-    steps_per_call = recipes.steps_per_call(
-        c.steps_per_execution, steps_per_epoch, small, ResumeState.saved_step(backup_dir) or 0
-    )
+    resumed_step = ResumeState.saved_step(backup_dir) or 0
+    # An epoch with fewer steps now than the state's (a folder lost images) counts as done.
+    resumed_step = resumed_step if resumed_step < steps_per_epoch else 0
+    steps_per_call = recipes.steps_per_call(c.steps_per_execution, steps_per_epoch, small, resumed_step)
     with placement.scope():
         model = _build_model(c, model_config, source.class_names)
         model.compile(
@@ -95,7 +96,7 @@ def fit(config, overwrite=False, verbose=None):
             source.num_select,
             batch_multiple(global_batch),
         )
-    nan, interrupt = StopOnNaN(), StopOnInterrupt()
+    nan, interrupt = StopOnNaN(), StopOnInterrupt()  # interrupt.saver: the ResumeState below
     # The workers of a TF multi-worker job keep their own resume states by their own clocks: an
     # interval could let them save after different epochs and resume out of step (weights that
     # differ, one worker an epoch ahead), so they save after every epoch. Several JAX processes
@@ -108,6 +109,7 @@ def fit(config, overwrite=False, verbose=None):
         within_epochs=not multi_worker_job and process_count() == 1,
         stopping=lambda: interrupt.pending,
     )
+    interrupt.saver = resume
     callbacks = [
         resume,
         nan,
@@ -140,11 +142,13 @@ def fit(config, overwrite=False, verbose=None):
     resume.set_model(model)
     with placement.scope():
         epoch, step = resume.restore()
+    if step >= steps_per_epoch:
+        epoch, step = epoch + 1, 0
     if epoch >= epochs:
         logger.info("keras_vit: all %d epochs are trained (the resume state in %s)", epoch, backup_dir)
 
     def train_epochs(first_epoch, first_step, *more):
-        resume.first_step = first_step
+        resume.first_step = nan.first_step = first_step
         start = first_epoch * steps_per_epoch + first_step
         # shuffle=False: the pipeline shuffles itself (Keras warns that it ignores shuffle=True).
         model.fit(
