@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
+from keras_vit import tf_predict
 from keras_vit.export import frozen
 from keras_vit.export.config import saved_model_policy
 from keras_vit.export.source import ExportError, require_tensorflow_backend
@@ -97,14 +98,14 @@ def serving_model(model, precision=None, freeze=None):
     whether its weights become graph constants. `precision`: "float32" or "bfloat16" (a
     `mixed_bfloat16` copy with the same weights: bf16 matmuls for CPUs with AVX512_BF16 or AMX,
     float32 logits); None keeps the model's own. `freeze` None: frozen for bfloat16, where
-    the weights are then stored in bf16 and no call casts them (`frozen.fold_weight_casts`),
+    the weights are then stored in bf16 and no call casts them (`keras_vit.tf_predict.fold_weight_casts`),
     if they fit a frozen graph."""
     policy = saved_model_policy(precision) if precision else model.dtype_policy.name
     if model.dtype_policy.name != policy and not hasattr(model, "config"):
         raise ExportError(f"a SavedModel in {precision} needs a keras_vit ViT; {model.name} is not one.")
     model = in_policy(model, policy)
     if freeze is None:
-        freeze = policy == "mixed_bfloat16" and frozen.fits(model)
+        freeze = policy == "mixed_bfloat16" and tf_predict.fits(model)
         if policy == "mixed_bfloat16" and not freeze:
             logger.warning("keras_vit: %s is over a frozen graph's 2 GiB; its SavedModel keeps variables", model.name)
     return model, policy, freeze

@@ -77,6 +77,8 @@ class ViT(_ImagesChecked, keras.Model):
         self._parts = parts
         self._attention_model = None
         self._stateless_predict = None
+        self._frozen_predict = None
+        self._traced_forward = None  # the frozen forward Keras's predict function was traced with
 
     def _image_spec(self):
         return self.config
@@ -85,15 +87,51 @@ class ViT(_ImagesChecked, keras.Model):
         _check_images(getattr(inputs, "shape", None), self.config)
         return super().call(inputs, training=training, mask=mask)
 
+    def fit(self, *args, **kwargs):
+        self._frozen_predict = None  # training changes the weights: no frozen copy kept meanwhile
+        return super().fit(*args, **kwargs)
+
+    def predict(self, x, *args, **kwargs):
+        """Keras's `predict`. A model that computes in bfloat16 on a TensorFlow CPU predicts
+        through a graph that holds its weights as bf16 constants, refrozen when a weight has
+        changed (`keras_vit.tf_predict`): oneDNN lays them out once for its AMX kernels."""
+        self._prepare_frozen_predict()
+        return super().predict(x, *args, **kwargs)
+
     def predict_on_batch(self, x):
         """Logits of one batch as NumPy. On the JAX backend this runs a jitted stateless call
         with the weights as arguments (`keras_vit.jax_predict`): the same numbers as Keras's
-        `predict_on_batch` without its per-call variable reads and write-backs."""
+        `predict_on_batch` without its per-call variable reads and write-backs. In bfloat16 on a
+        TensorFlow CPU, the frozen graph of `predict`."""
         if not jax_predict.applies(self, x):
+            self._prepare_frozen_predict()
             return super().predict_on_batch(x)
         if self._stateless_predict is None:
             self._stateless_predict = jax_predict.StatelessPredict(self)
         return self._stateless_predict(x)
+
+    def predict_step(self, data):
+        self._traced_forward = self._frozen_predict.forward if self._frozen_predict else None
+        if self._traced_forward is None:
+            return super().predict_step(data)
+        return self._traced_forward(keras.utils.unpack_x_y_sample_weight(data)[0])
+
+    def _prepare_frozen_predict(self):
+        """Sets up, refreshes or drops the frozen forward `predict_step` calls; Keras's traced
+        predict function is dropped when it holds another."""
+        if keras.backend.backend() != "tensorflow":
+            return
+        from keras_vit import tf_predict
+
+        if not tf_predict.applies(self):
+            self._frozen_predict = None
+        elif self._frozen_predict is None:
+            self._frozen_predict = tf_predict.FrozenPredict(self)
+        if self._frozen_predict:
+            self._frozen_predict.refresh()
+        forward = self._frozen_predict.forward if self._frozen_predict else None
+        if forward is not self._traced_forward:
+            self.predict_function = None
 
     @classmethod
     def from_preset(cls, name, weights=None, dtype=None, **overrides):

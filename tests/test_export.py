@@ -473,6 +473,7 @@ def test_a_model_trained_in_mixed_precision_exports_litert_files_from_float32(so
 def test_frozen_mixed_bfloat16_model_equals_its_graph_and_bad_models_fail_clearly(source, monkeypatch):
     import tensorflow as tf
 
+    from keras_vit import tf_predict
     from keras_vit.export import ExportError, frozen
     from keras_vit.model import ViT
 
@@ -486,7 +487,7 @@ def test_frozen_mixed_bfloat16_model_equals_its_graph_and_bad_models_fail_clearl
     two = keras.Model([a, b], keras.layers.Add()([a, b]))
     with pytest.raises(ExportError, match="one image input"):
         frozen.freeze(two)
-    monkeypatch.setattr(frozen, "MAX_FROZEN_BYTES", 1000)
+    monkeypatch.setattr(tf_predict, "MAX_FROZEN_BYTES", 1000)
     with pytest.raises(ExportError, match="limited to 2 GiB"):
         frozen.freeze(source.model)
 

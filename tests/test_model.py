@@ -424,6 +424,63 @@ def test_jax_predict_on_batch_is_stateless_and_gives_keras_numbers(dtype):
     assert model._stateless_predict is None
 
 
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="the frozen bf16 predict is TensorFlow's")
+@pytest.mark.filterwarnings("ignore:Skipping variable loading for optimizer")
+def test_tensorflow_bf16_predict_runs_on_bf16_weight_constants_that_follow_the_weights(tmp_path):
+    """In bfloat16 on a TensorFlow CPU, `predict` and `predict_on_batch` run a graph whose
+    matmul and convolution weights are bf16 constants (none cast per call); its logits agree
+    with the float32 model's within bf16 tolerance, and every way of changing a weight (assign,
+    a compiled update, `fit`, `load_weights`) reaches the next prediction. float32, XLA and
+    eager models keep Keras's own step."""
+    import tensorflow as tf
+
+    model = perturb(keras_vit.ViT(tiny_config(), dtype="mixed_bfloat16"))
+    reference = keras_vit.ViT(tiny_config())
+    reference.set_weights(model.get_weights())
+    x = images(6)
+    tolerance = dict(rtol=0.03, atol=0.03 * np.abs(reference.predict_on_batch(x)).max())
+
+    def check(moved_from=None):
+        logits = model.predict_on_batch(x)
+        assert logits.dtype == np.float32 and model._frozen_predict.forward is model._traced_forward
+        np.testing.assert_allclose(logits, keras.ops.convert_to_numpy(model(x, training=False)), **tolerance)
+        np.testing.assert_array_equal(
+            model.predict(x, batch_size=4, verbose=0),
+            np.concatenate([model.predict_on_batch(x[:4]), model.predict_on_batch(x[4:])]),
+        )
+        if moved_from is not None:  # the change reached the logits, far beyond the tolerance
+            assert np.abs(logits - moved_from).max() > 10 * tolerance["atol"]
+        return logits
+
+    first = check()
+    np.testing.assert_allclose(first, reference.predict_on_batch(x), **tolerance)
+    nodes = model._frozen_predict.forward.graph_def.node
+    constants = {n.name: tf.make_ndarray(n.attr["value"].tensor) for n in nodes if n.op == "Const"}
+    assert not any(n.op == "ReadVariableOp" for n in nodes)
+    kernels = [node.input[1] for node in nodes if node.op in ("MatMul", "Conv2D")]
+    assert len(kernels) == 1 + 4 * model.config.num_layers + 1  # patches, q/k/v, out, fc1, fc2, head
+    for name in kernels[:-1]:  # all but the head, which computes in float32
+        assert constants[name.split(":")[0]].dtype == tf.bfloat16.as_numpy_dtype
+    assert not any(n.op == "Cast" and n.input[0] in kernels for n in nodes)
+
+    head = model.get_layer("head")
+    head.kernel.assign(head.kernel.numpy()[:, ::-1])
+    second = check(moved_from=first)
+    tf.function(lambda: head.bias.assign_add(tf.fill(head.bias.shape, 1.0)))()
+    third = check(moved_from=second)
+    model.compile(optimizer=keras.optimizers.SGD(0.5), loss=keras.losses.SparseCategoricalCrossentropy(True))
+    model.fit(x, np.arange(6) % 2, epochs=2, verbose=0)
+    fourth = check(moved_from=third)
+    reference.save_weights(tmp_path / "reference.weights.h5")
+    model.load_weights(tmp_path / "reference.weights.h5")
+    np.testing.assert_allclose(check(moved_from=fourth), first, **tolerance)
+
+    for changed in (reference, model):
+        changed.compile(jit_compile=changed is model)
+        changed.predict_on_batch(x)
+        assert changed._frozen_predict is None and changed._traced_forward is None
+
+
 def test_feature_model_gives_maps_and_the_pooled_embedding_for_downstream_heads(tmp_path):
     """`feature_model`: chosen blocks' patch tokens as (batch, rows, cols, D) maps and the pooled
     embedding (what a headless model returns); it round-trips through .keras, trains the

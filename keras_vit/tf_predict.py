@@ -1,0 +1,166 @@
+"""Inference on a TensorFlow CPU with the weights as graph constants: the forward that
+`keras-vit export --freeze` serves, and `ViT.predict` / `predict_on_batch` for models that
+compute in bfloat16 (`FrozenPredict`).
+
+TensorFlow hands a projection on variable weights (MatMul + BiasAdd, fused) to oneDNN as an
+inner product on the weights' plain layout, which oneDNN runs with its `gemm:jit` kernel: on an
+AMX CPU (Intel Xeon, 2 cores) that kernel took 779 ms of a 1,191 ms ViT-S/16 bf16 batch of 32
+and never touches the AMX tiles. On constant weights TensorFlow lets oneDNN lay them out once
+for its `brgemm` AMX kernels (126 ms for fc1 and fc2, whole batch 464 ms); the mixed-precision
+weight casts are folded into bf16 constants as well (docs/benchmarks.md). Imported only on the
+TensorFlow backend.
+"""
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
+# A GraphDef is a protocol buffer, which cannot exceed 2 GiB; leave room for the ops.
+MAX_FROZEN_BYTES = 2**31 - 2**27
+
+
+def frozen_forward(model):
+    """The inference forward of a single-input Keras model (TensorFlow backend) as a graph that
+    holds the weights as constants, half-precision casts of float32 weights folded into
+    half-precision constants (`fold_weight_casts`): `forward(images)` returns the model's
+    output tensor for a batch (tensor or array, any size and real dtype); it can be called inside
+    a `tf.function` and saved in a SavedModel. The caller checks `fits(model)` first."""
+    spec = model.inputs[0]
+    forward = tf.function(lambda images: model(images, training=False))
+    concrete = forward.get_concrete_function(tf.TensorSpec(spec.shape, spec.dtype, "images"))
+    frozen = convert_variables_to_constants_v2(concrete)
+    graph_def, folded = fold_weight_casts(frozen.graph.as_graph_def(), [frozen.outputs[0].name])
+    if folded:
+        graph = tf.compat.v1.wrap_function(lambda: tf.graph_util.import_graph_def(graph_def, name=""), [])
+        inputs, outputs = (graph.graph.as_graph_element(t.name) for t in (frozen.inputs[0], frozen.outputs[0]))
+        frozen = graph.prune(inputs, [outputs])
+
+    def call(images):
+        return frozen(tf.cast(images, spec.dtype))[0]
+
+    call.graph_def = graph_def
+    return call
+
+
+def fits(model):
+    """Whether `model`'s weights fit a frozen graph (`MAX_FROZEN_BYTES`, as stored in the model)."""
+    return weight_bytes(model) <= MAX_FROZEN_BYTES
+
+
+def weight_bytes(model):
+    return sum(int(np.prod(v.shape)) * tf.as_dtype(v.dtype).size for v in model.weights)
+
+
+def fold_weight_casts(graph_def, outputs):
+    """`(graph_def, count)`: a copy of a frozen `graph_def` in which every cast of a float32
+    constant (through `Identity` nodes: the weights' former reads) to bfloat16 or float16 is that
+    constant cast once, so the graph holds those weights in half precision, and nodes that
+    `outputs` (tensor names) no longer need are dropped. Mixed-precision models cast their
+    float32 weights for every matmul; folded, the stored graph is about half the size and each
+    call skips the casts. The values are TensorFlow's own cast, so the outputs stay the same
+    bit for bit."""
+    nodes = {node.name: node for node in graph_def.node}
+
+    def source(name):
+        node = nodes.get(name.split(":")[0].lstrip("^"))
+        while node is not None and node.op == "Identity" and len(node.input) == 1:
+            node = nodes.get(node.input[0].split(":")[0])
+        return node
+
+    half = {tf.bfloat16.as_datatype_enum, tf.float16.as_datatype_enum}
+    out, count = tf.compat.v1.GraphDef(), 0
+    out.versions.CopyFrom(graph_def.versions)
+    out.library.CopyFrom(graph_def.library)
+    for node in graph_def.node:
+        constant = source(node.input[0]) if node.op == "Cast" and len(node.input) == 1 else None
+        if (
+            constant is not None
+            and constant.op == "Const"
+            and constant.attr["dtype"].type == tf.float32.as_datatype_enum
+            and node.attr["DstT"].type in half
+        ):
+            dtype = tf.dtypes.as_dtype(node.attr["DstT"].type)
+            value = tf.cast(tf.make_ndarray(constant.attr["value"].tensor), dtype).numpy()
+            node = tf.compat.v1.NodeDef(name=node.name, op="Const", device=node.device)
+            node.attr["dtype"].type = dtype.as_datatype_enum
+            node.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(value, dtype))
+            count += 1
+        out.node.append(node)
+    # Function graphs order every former variable read before the outputs with control edges;
+    # on constants they order nothing, and they would keep the float32 copies alive.
+    for node in out.node:
+        inputs = [i for i in node.input if not (i.startswith("^") and _is_constant(source(i)))]
+        del node.input[:]
+        node.input.extend(inputs)
+    kept = {node.name: node for node in out.node}
+    needed, todo = set(), [name.split(":")[0] for name in outputs]
+    while todo:
+        name = todo.pop()
+        if name not in needed and name in kept:
+            needed.add(name)
+            todo += [i.split(":")[0].lstrip("^") for i in kept[name].input]
+    pruned = [node for node in out.node if node.name in needed or node.op == "Placeholder"]
+    del out.node[:]
+    out.node.extend(pruned)
+    return out, count
+
+
+def _is_constant(node):
+    return node is not None and node.op == "Const"
+
+
+def applies(model):
+    """Whether `ViT.predict` and `predict_on_batch` run `FrozenPredict`: a model that computes
+    in bfloat16, on a TensorFlow CPU (no GPU visible), in graph mode (not `run_eagerly`, no
+    `jit_compile=True`), outside a tf.distribute strategy, with weights that fit a frozen
+    graph. float32 keeps the variables: there constants bought 3-5% (docs/benchmarks.md)."""
+    return (
+        model.dtype_policy.compute_dtype == "bfloat16"
+        and not model.run_eagerly
+        and not model.jit_compile
+        and getattr(model, "_distribute_strategy", None) is None
+        and not tf.distribute.has_strategy()
+        and not tf.config.list_logical_devices("GPU")
+        and fits(model)
+    )
+
+
+class FrozenPredict:
+    """`model`'s `frozen_forward`, rebuilt when a weight changed since it was frozen.
+
+    `refresh()` checks, before each `predict` or `predict_on_batch`, whether any of the model's
+    variables holds a value other than the one frozen. TensorFlow never changes a buffer that a
+    tensor still reads: an assignment or optimizer update of a variable whose buffer is held
+    elsewhere writes a new buffer. This object holds the tensors read when freezing, so a
+    variable whose buffer address differs from theirs has been assigned since (whether by
+    `assign`, `set_weights`, `load_weights`, `fit` or a compiled training step). The check
+    reads every variable once: 1-3 ms for ViT-S/16's 152 on 2 cores of an AMX Xeon.
+    """
+
+    def __init__(self, model):
+        self.model = model
+        self.forward = None
+        self._variables = None  # their ids
+        self._read = None
+        self._held = None  # the tensors read when freezing, and their buffer addresses
+
+    def refresh(self):
+        """Rebuilds `forward` on first use, when a weight was assigned, and when weights were
+        added or replaced (e.g. by `quantize`)."""
+        variables = [w.value for w in self.model.weights]
+        if self._variables != [id(v) for v in variables]:
+            self._variables, self._held = [id(v) for v in variables], None
+            self._read = tf.function(lambda: [v.read_value() for v in variables], autograph=False)
+        if self._held is not None and _addresses(self._read()) == self._held[1]:
+            return
+        self.forward = None  # the old constants go before the new ones are made
+        tensors = self._read()
+        self._held = (tensors, _addresses(tensors))
+        self.forward = frozen_forward(self.model)
+
+    def __call__(self, images):
+        return self.forward(images)
+
+
+def _addresses(tensors):
+    return [np.asarray(t).ctypes.data for t in tensors]
