@@ -13,7 +13,8 @@ TensorFlow backend.
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+from tensorflow.python.eager import wrap_function
+from tensorflow.python.framework import convert_to_constants
 
 # A GraphDef is a protocol buffer, which cannot exceed 2 GiB; leave room for the ops.
 MAX_FROZEN_BYTES = 2**31 - 2**27
@@ -28,12 +29,16 @@ def frozen_forward(model):
     spec = model.inputs[0]
     forward = tf.function(lambda images: model(images, training=False))
     concrete = forward.get_concrete_function(tf.TensorSpec(spec.shape, spec.dtype, "images"))
-    frozen = convert_variables_to_constants_v2(concrete)
-    graph_def, folded = fold_weight_casts(frozen.graph.as_graph_def(), [frozen.outputs[0].name])
-    if folded:
-        graph = tf.compat.v1.wrap_function(lambda: tf.graph_util.import_graph_def(graph_def, name=""), [])
-        inputs, outputs = (graph.graph.as_graph_element(t.name) for t in (frozen.inputs[0], frozen.outputs[0]))
-        frozen = graph.prune(inputs, [outputs])
+    # What `convert_variables_to_constants_v2` does, without the function it would build from
+    # the graph before the casts are folded (3.4 of 8 s for ViT-S/16).
+    graph_def, _ = convert_to_constants._replace_variables_by_constants(
+        converter_data=convert_to_constants._FunctionConverterDataInEager(
+            func=concrete, lower_control_flow=True, aggressive_inlining=False
+        )
+    )
+    names = [concrete.inputs[0].name], [concrete.outputs[0].name]
+    graph_def, _ = fold_weight_casts(graph_def, names[1])
+    frozen = wrap_function.function_from_graph_def(graph_def, *names)
 
     def call(images):
         return frozen(tf.cast(images, spec.dtype))[0]
