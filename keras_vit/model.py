@@ -103,6 +103,7 @@ class ViT(_ImagesChecked, keras.Model):
         with the weights as arguments (`keras_vit.jax_predict`): the same numbers as Keras's
         `predict_on_batch` without its per-call variable reads and write-backs. In bfloat16 on a
         TensorFlow CPU, the frozen graph of `predict`."""
+        _check_images(_input_shape(x), self.config)
         if not jax_predict.applies(self, x):
             self._prepare_frozen_predict()
             return super().predict_on_batch(x)
@@ -110,11 +111,13 @@ class ViT(_ImagesChecked, keras.Model):
             self._stateless_predict = jax_predict.StatelessPredict(self)
         return self._stateless_predict(x)
 
-    def predict_step(self, data):
-        self._traced_forward = self._frozen_predict.forward if self._frozen_predict else None
+    def predict_step(self, *args):  # (data) on TensorFlow and PyTorch, (state, data) on JAX
+        self._traced_forward = self._frozen_predict.forward if self._frozen_predict is not None else None
         if self._traced_forward is None:
-            return super().predict_step(data)
-        return self._traced_forward(keras.utils.unpack_x_y_sample_weight(data)[0])
+            return super().predict_step(*args)
+        images = keras.utils.unpack_x_y_sample_weight(args[-1])[0]
+        _check_images(getattr(images, "shape", None), self.config)  # what `__call__` checks
+        return self._traced_forward(images)
 
     def _prepare_frozen_predict(self):
         """Sets up, refreshes or drops the frozen forward `predict_step` calls; Keras's traced
@@ -127,9 +130,9 @@ class ViT(_ImagesChecked, keras.Model):
             self._frozen_predict = None
         elif self._frozen_predict is None:
             self._frozen_predict = tf_predict.FrozenPredict(self)
-        if self._frozen_predict:
+        if self._frozen_predict is not None:
             self._frozen_predict.refresh()
-        forward = self._frozen_predict.forward if self._frozen_predict else None
+        forward = self._frozen_predict.forward if self._frozen_predict is not None else None
         if forward is not self._traced_forward:
             self.predict_function = None
 

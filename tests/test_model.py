@@ -454,6 +454,9 @@ def test_tensorflow_bf16_predict_runs_on_bf16_weight_constants_that_follow_the_w
 
     first = check()
     np.testing.assert_allclose(first, reference.predict_on_batch(x), **tolerance)
+    for call in (model.predict_on_batch, lambda images: model.predict(images, verbose=0)):
+        with pytest.raises(ValueError, match="built for 32x32 images but got 48x48"):
+            call(images(2, size=(48, 48)))
     nodes = model._frozen_predict.forward.graph_def.node
     constants = {n.name: tf.make_ndarray(n.attr["value"].tensor) for n in nodes if n.op == "Const"}
     assert not any(n.op == "ReadVariableOp" for n in nodes)
