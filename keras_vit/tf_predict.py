@@ -7,8 +7,9 @@ inner product on the weights' plain layout, which oneDNN runs with its `gemm:jit
 AMX CPU (Intel Xeon, 2 cores) that kernel took 779 ms of a 1,191 ms ViT-S/16 bf16 batch of 32
 and never touches the AMX tiles. On constant weights TensorFlow lets oneDNN lay them out once
 for its `brgemm` AMX kernels (126 ms for fc1 and fc2, whole batch 464 ms); the mixed-precision
-weight casts are folded into bf16 constants as well (docs/benchmarks.md). Imported only on the
-TensorFlow backend.
+weight casts are folded into bf16 constants as well, and the half-precision LayerNorms are
+traced as the subgraph that oneDNN runs as one kernel (`layer_norm`; docs/benchmarks.md).
+Imported only on the TensorFlow backend.
 """
 
 import numpy as np
@@ -16,8 +17,12 @@ import tensorflow as tf
 from tensorflow.python.eager import wrap_function
 from tensorflow.python.framework import convert_to_constants
 
+from keras_vit.layers import frozen_graph
+
 # A GraphDef is a protocol buffer, which cannot exceed 2 GiB; leave room for the ops.
 MAX_FROZEN_BYTES = 2**31 - 2**27
+# The epsilon of the `_MklLayerNorm` kernel TensorFlow's graph rewrite makes of `layer_norm`.
+_MKL_LAYER_NORM_EPSILON = 1e-3
 
 
 def frozen_forward(model):
@@ -25,10 +30,12 @@ def frozen_forward(model):
     holds the weights as constants, half-precision casts of float32 weights folded into
     half-precision constants (`fold_weight_casts`): `forward(images)` returns the model's
     output tensor for a batch (tensor or array, any size and real dtype); it can be called inside
-    a `tf.function` and saved in a SavedModel. The caller checks `fits(model)` first."""
+    a `tf.function` and saved in a SavedModel. keras_vit's layers are traced in their
+    frozen-graph forms (`keras_vit.layers.frozen_graph`). The caller checks `fits(model)` first."""
     spec = model.inputs[0]
     forward = tf.function(lambda images: model(images, training=False))
-    concrete = forward.get_concrete_function(tf.TensorSpec(spec.shape, spec.dtype, "images"))
+    with frozen_graph.traced():
+        concrete = forward.get_concrete_function(tf.TensorSpec(spec.shape, spec.dtype, "images"))
     # What `convert_variables_to_constants_v2` does, without the function it would build from
     # the graph before the casts are folded (3.4 of 8 s for ViT-S/16).
     graph_def, _ = convert_to_constants._replace_variables_by_constants(
@@ -37,7 +44,7 @@ def frozen_forward(model):
         )
     )
     names = [concrete.inputs[0].name], [concrete.outputs[0].name]
-    graph_def, _ = fold_weight_casts(graph_def, names[1])
+    graph_def = fold_weight_casts(graph_def, names[1])
     frozen = wrap_function.function_from_graph_def(graph_def, *names)
 
     def call(images):
@@ -57,7 +64,7 @@ def weight_bytes(model):
 
 
 def fold_weight_casts(graph_def, outputs):
-    """`(graph_def, count)`: a copy of a frozen `graph_def` in which every cast of a float32
+    """A copy of a frozen `graph_def` in which every cast of a float32
     constant (through `Identity` nodes: the weights' former reads) to bfloat16 or float16 is that
     constant cast once, so the graph holds those weights in half precision, and nodes that
     `outputs` (tensor names) no longer need are dropped. Mixed-precision models cast their
@@ -73,7 +80,7 @@ def fold_weight_casts(graph_def, outputs):
         return node
 
     half = {tf.bfloat16.as_datatype_enum, tf.float16.as_datatype_enum}
-    out, count = tf.compat.v1.GraphDef(), 0
+    out = tf.compat.v1.GraphDef()
     out.versions.CopyFrom(graph_def.versions)
     out.library.CopyFrom(graph_def.library)
     for node in graph_def.node:
@@ -89,7 +96,6 @@ def fold_weight_casts(graph_def, outputs):
             node = tf.compat.v1.NodeDef(name=node.name, op="Const", device=node.device)
             node.attr["dtype"].type = dtype.as_datatype_enum
             node.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(value, dtype))
-            count += 1
         out.node.append(node)
     # Function graphs order every former variable read before the outputs with control edges;
     # on constants they order nothing, and they would keep the float32 copies alive.
@@ -107,7 +113,32 @@ def fold_weight_casts(graph_def, outputs):
     pruned = [node for node in out.node if node.name in needed or node.op == "Placeholder"]
     del out.node[:]
     out.node.extend(pruned)
-    return out, count
+    return out
+
+
+def layer_norm(x, gamma, beta, epsilon):
+    """LayerNorm of half-precision `x` (rank 2 or 3) over its last axis, computed in float32, as
+    the subgraph TensorFlow's oneDNN graph rewrite replaces by one `_MklLayerNorm` kernel on
+    constant `gamma` and `beta` (its "common norm" pattern): `x * s + (beta - s * mean)` with
+    `s = rsqrt(var + epsilon) * gamma`. On ViT-S/16 (batch 32, 2 AMX Xeon cores) that kernel
+    took 0.7 ms a LayerNorm where the ten element-wise ops took 6.
+
+    TensorFlow 2.21's rewrite gives the kernel its default epsilon, 1e-3, whatever the pattern
+    adds: `x` is scaled by `sqrt(1e-3 / epsilon)` first and 1e-3 added, which is the same
+    LayerNorm (the mean and deviation scale with `x`). The pattern is matched on inputs in a
+    fixed order, and TensorFlow's optimizer first sorts the inputs of commutative ops by name:
+    the names below (within the layer's scope) keep each in the matched place; the reduction
+    axis must be positive. Where nothing fuses (no oneDNN, or a `beta` of zeros, which the
+    optimizer folds away), the same ops run one by one."""
+    axis = len(x.shape) - 1
+    x = tf.multiply(tf.cast(x, tf.float32, name=".0cast"), (_MKL_LAYER_NORM_EPSILON / epsilon) ** 0.5, name=".1input")
+    gamma, beta = tf.cast(gamma, tf.float32), tf.cast(beta, tf.float32)
+    mean = tf.reduce_mean(x, axis=axis, keepdims=True, name=".4mean")
+    var = tf.reduce_mean(tf.math.squared_difference(x, mean), axis=axis, keepdims=True, name=".2var")
+    rstd = tf.math.rsqrt(tf.add(var, _MKL_LAYER_NORM_EPSILON, name=".5add"), name=".2rsqrt")
+    scale = tf.multiply(rstd, gamma, name=".3scale")
+    shift = tf.subtract(beta, tf.multiply(scale, mean), name=".7sub")
+    return tf.add(tf.multiply(x, scale, name=".6mul"), shift, name=".8out")
 
 
 def _is_constant(node):
@@ -117,8 +148,8 @@ def _is_constant(node):
 def applies(model):
     """Whether `ViT.predict` and `predict_on_batch` run `FrozenPredict`: a model that computes
     in bfloat16, on a TensorFlow CPU (no GPU visible), in graph mode (not `run_eagerly`, no
-    `jit_compile=True`), outside a tf.distribute strategy, with weights that fit a frozen
-    graph. float32 keeps the variables: there constants bought 3-5% (docs/benchmarks.md)."""
+    `jit_compile=True`), outside a tf.distribute strategy. float32 keeps the variables: there
+    constants bought 3-5% (docs/benchmarks.md)."""
     return (
         model.dtype_policy.compute_dtype == "bfloat16"
         and not model.run_eagerly
@@ -126,12 +157,12 @@ def applies(model):
         and getattr(model, "_distribute_strategy", None) is None
         and not tf.distribute.has_strategy()
         and not tf.config.list_logical_devices("GPU")
-        and fits(model)
     )
 
 
 class FrozenPredict:
-    """`model`'s `frozen_forward`, rebuilt when a weight changed since it was frozen.
+    """`model`'s `frozen_forward`, rebuilt when a weight changed since it was frozen; `forward`
+    is None while the weights do not fit a frozen graph (`fits`).
 
     `refresh()` checks, before each `predict` or `predict_on_batch`, whether any of the model's
     variables holds a value other than the one frozen. TensorFlow never changes a buffer that a
@@ -146,6 +177,7 @@ class FrozenPredict:
         self.model = model
         self.forward = None
         self._variables = None  # their ids
+        self._fits = False
         self._read = None
         self._held = None  # the tensors read when freezing, and their buffer addresses
 
@@ -154,17 +186,18 @@ class FrozenPredict:
         added or replaced (e.g. by `quantize`)."""
         variables = [w.value for w in self.model.weights]
         if self._variables != [id(v) for v in variables]:
-            self._variables, self._held = [id(v) for v in variables], None
+            self._variables, self._held, self.forward = [id(v) for v in variables], None, None
+            self._fits = fits(self.model)
             self._read = tf.function(lambda: [v.read_value() for v in variables], autograph=False)
-        if self._held is not None and _addresses(self._read()) == self._held[1]:
+        if not self._fits:
+            return
+        tensors = self._read()
+        addresses = _addresses(tensors)
+        if self._held is not None and addresses == self._held[1]:
             return
         self.forward = None  # the old constants go before the new ones are made
-        tensors = self._read()
-        self._held = (tensors, _addresses(tensors))
+        self._held = (tensors, addresses)
         self.forward = frozen_forward(self.model)
-
-    def __call__(self, images):
-        return self.forward(images)
 
 
 def _addresses(tensors):

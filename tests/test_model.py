@@ -484,6 +484,50 @@ def test_tensorflow_bf16_predict_runs_on_bf16_weight_constants_that_follow_the_w
         assert changed._frozen_predict is None and changed._traced_forward is None
 
 
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="frozen graphs are TensorFlow's")
+@pytest.mark.parametrize("epsilon", [1e-6, 1e-5])
+def test_frozen_graph_layer_norm_runs_as_one_onednn_kernel_with_the_layers_epsilon(epsilon):
+    """In a frozen graph a bf16 LayerNorm is the subgraph TensorFlow's oneDNN rewrite replaces by
+    one `_MklLayerNorm` kernel (where oneDNN is on), which gives the LayerNorm of the layer's
+    epsilon: checked on rows whose variance (1e-6) is of the epsilon's order, where the
+    kernel's own default epsilon (1e-3) would be far off. Without the rewrite the same ops give
+    the same values; a bf16 ViT's frozen forward writes every LayerNorm this way."""
+    import tensorflow as tf
+    from tensorflow.core.protobuf import rewriter_config_pb2
+    from tensorflow.python.util import _pywrap_util_port
+
+    from keras_vit import tf_predict
+
+    rng = np.random.default_rng(0)
+    x = (0.5 + 1e-3 * rng.standard_normal((2, 7, 64))).astype(tf.bfloat16.as_numpy_dtype)
+    gamma = (1 + 0.2 * rng.standard_normal(64)).astype("float32")
+    beta = (0.1 * rng.standard_normal(64)).astype("float32")
+    rows = x.astype(np.float64)
+    centred = rows - rows.mean(-1, keepdims=True)
+    expected = centred / np.sqrt((centred**2).mean(-1, keepdims=True) + epsilon) * gamma + beta
+    graph = tf.Graph()
+    with graph.as_default():
+        feed = tf.compat.v1.placeholder(tf.bfloat16, x.shape, name="x")
+        with tf.name_scope("block/norm"):
+            out = tf_predict.layer_norm(feed, tf.constant(gamma), tf.constant(beta), epsilon)
+    for remapping in (True, False):
+        config = tf.compat.v1.ConfigProto()
+        if not remapping:
+            config.graph_options.rewrite_options.remapping = rewriter_config_pb2.RewriterConfig.OFF
+        metadata = tf.compat.v1.RunMetadata()
+        with tf.compat.v1.Session(graph=graph, config=config) as session:
+            options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
+            result = session.run(out, {feed: x}, options=options, run_metadata=metadata)
+        ran = [node.timeline_label for device in metadata.step_stats.dev_stats for node in device.node_stats]
+        kernels = {label.split(" = ")[-1].split("(")[0] for label in ran}
+        assert ("_MklLayerNorm" in kernels) == (remapping and _pywrap_util_port.IsMklEnabled())
+        np.testing.assert_allclose(result, expected, rtol=1e-4, atol=1e-4)
+
+    model = perturb(keras_vit.ViT(tiny_config(), dtype="mixed_bfloat16"))
+    nodes = tf_predict.frozen_forward(model).graph_def.node
+    assert sum(n.op == "SquaredDifference" for n in nodes) == 2 * model.config.num_layers + 1
+
+
 def test_feature_model_gives_maps_and_the_pooled_embedding_for_downstream_heads(tmp_path):
     """`feature_model`: chosen blocks' patch tokens as (batch, rows, cols, D) maps and the pooled
     embedding (what a headless model returns); it round-trips through .keras, trains the

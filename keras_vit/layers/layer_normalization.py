@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from keras_vit.layers import frozen_graph
+
 
 def centred_normalize(x, axis, epsilon, return_rstd=False):
     """`(x - mean) * rsqrt(var + epsilon)` over `axis`, in float32 for half-precision `x`: the
@@ -27,7 +29,8 @@ class LayerNormalization(keras.layers.LayerNormalization):
     cannot convert; on TensorFlow, where models are exported, centring first maps onto
     quantisable builtin ops only. On JAX and PyTorch the layer runs Keras's kernel (PyTorch's
     fused `layer_norm`; on JAX XLA's reduction fusions, which ran ViT-S/16 bfloat16 inference
-    7% faster than the centred form's on an H200, docs/benchmarks.md). Half-precision inputs
+    7% faster than the centred form's on an H200, docs/benchmarks.md); in a frozen TensorFlow graph
+    (`keras_vit.tf_predict`) oneDNN's LayerNorm kernel. Half-precision inputs
     are normalised in float32 either way. The class keeps Keras's name so `.keras` files store
     its weights under the same key.
     """
@@ -40,6 +43,12 @@ class LayerNormalization(keras.layers.LayerNormalization):
 
             gamma, beta = (ops.cast(w, "float32") for w in (self.gamma, self.beta))
             return ops.cast(tf_kernels.layer_norm(inputs, gamma, beta, self.epsilon), self.compute_dtype)
+        half = keras.backend.standardize_dtype(inputs.dtype) in ("float16", "bfloat16")
+        last = self.axis in ([-1], [len(inputs.shape) - 1]) and len(inputs.shape) in (2, 3)
+        if frozen_graph.tracing() and not training and half and last and self.scale and self.center:
+            from keras_vit import tf_predict  # one oneDNN kernel in a frozen graph
+
+            return ops.cast(tf_predict.layer_norm(inputs, self.gamma, self.beta, self.epsilon), self.compute_dtype)
         y = centred_normalize(inputs, self.axis, self.epsilon)
         if self.scale:
             y = y * ops.cast(self.gamma, y.dtype)
