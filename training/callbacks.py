@@ -51,7 +51,27 @@ def _is_last_epoch(callback, epoch):
     return epoch + 1 >= callback.params.get("epochs", 0) if callback.params else True
 
 
-class ResumeState(keras.callbacks.Callback):
+class _StepsInEpoch(keras.callbacks.Callback):
+    """Where training stands within an epoch: `epoch` (0-based) and `step(batch)`, the steps of
+    the epoch done after `batch`, counting the `first_step` ones a resumed epoch did before this
+    `fit` (set by the caller; it applies to the fit's first epoch only)."""
+
+    def __init__(self):
+        super().__init__()
+        self.epoch = 0
+        self.first_step = 0
+
+    def step(self, batch):
+        return self.first_step + batch + 1
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.first_step = 0
+
+
+class ResumeState(_StepsInEpoch):
     """The run's resume state in `backup_dir`: the weights with the optimizer's state, and where
     training stands (epochs done, steps done of the next one). `restore` brings it back before
     `fit`, which then starts there (`train_pipeline(start_step=...)` reads on from the same
@@ -76,7 +96,6 @@ class ResumeState(keras.callbacks.Callback):
         super().__init__()
         self.backup_dir = Path(backup_dir)
         self.within_epochs = within_epochs
-        self.first_step = 0  # steps of the coming fit's first epoch done before it (a resumed epoch)
         self._interval = float(interval)
         self._due = _Every(interval)
         self._global_batch = global_batch  # recorded with the state: a resumed run keeps its batch
@@ -129,13 +148,10 @@ class ResumeState(keras.callbacks.Callback):
         if not self.within_epochs or _ends_epoch(self, batch):  # the epoch's end saves
             return
         if self._stopping() or (self._due.seconds > 0 and self._due(first=False)):
-            self._save(self._epoch, self.first_step + batch + 1)
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self._epoch = epoch
+            self._save(self.epoch, self.step(batch))
 
     def on_epoch_end(self, epoch, logs=None):
-        self.first_step = 0
+        super().on_epoch_end(epoch, logs)
         first, self._first_epoch = self._first_epoch, False
         self.saw_stop = self._stopping()  # a later signal waits for the next step's end (StopOnInterrupt)
         # Several JAX processes: process 0's clock decides for all.
@@ -293,26 +309,17 @@ class AtomicCheckpoint(keras.callbacks.Callback):
         save_model(self._copy, self.run_dir / name)
 
 
-class StopOnNaN(keras.callbacks.Callback):
+class StopOnNaN(_StepsInEpoch):
     """Stops training at the first non-finite loss and remembers where (`reason`)."""
 
     def __init__(self):
         super().__init__()
         self.reason = None
-        self.epoch = 0
-        self.first_step = 0  # steps of the coming fit's first epoch done before it (a resumed epoch)
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self.epoch = epoch
-
-    def on_epoch_end(self, epoch, logs=None):
-        self.first_step = 0
 
     def on_train_batch_end(self, batch, logs=None):
         loss = (logs or {}).get("loss")
         if loss is not None and not math.isfinite(float(loss)):
-            step = self.first_step + batch + 1
-            self.reason = f"loss became {float(loss)} at epoch {self.epoch + 1}, step {step}"
+            self.reason = f"loss became {float(loss)} at epoch {self.epoch + 1}, step {self.step(batch)}"
             self.model.stop_training = True
 
 
