@@ -6,11 +6,16 @@ from keras import ops
 from keras_vit.layers import frozen_graph
 
 
+def is_half(x):
+    """Whether `x` is float16 or bfloat16."""
+    return keras.backend.standardize_dtype(x.dtype) in ("float16", "bfloat16")
+
+
 def centred_normalize(x, axis, epsilon, return_rstd=False):
     """`(x - mean) * rsqrt(var + epsilon)` over `axis`, in float32 for half-precision `x`: the
     form that maps onto quantisable TFLite builtins (keras_vit's Layer and GroupNormalization).
     With `return_rstd`, also the `rsqrt(var + epsilon)` (the LayerNorm gradient needs it)."""
-    if keras.backend.standardize_dtype(x.dtype) in ("float16", "bfloat16"):
+    if is_half(x):
         x = ops.cast(x, "float32")
     centred = x - ops.mean(x, axis=axis, keepdims=True)
     # `centred * centred`, not `square`: the converter fuses sub + square into
@@ -35,17 +40,25 @@ class LayerNormalization(keras.layers.LayerNormalization):
     its weights under the same key.
     """
 
+    def _affine_over_last_axis(self, inputs):
+        # the form the fused kernels below take: scale and offset, normalised over the last axis
+        return self.scale and self.center and self.axis in ([-1], [len(inputs.shape) - 1])
+
     def call(self, inputs, training=None):
         if self.rms_scaling or keras.backend.backend() != "tensorflow":
             return super().call(inputs)
-        if training and self.scale and self.center and self.axis in ([-1], [len(inputs.shape) - 1]):
+        if training and self._affine_over_last_axis(inputs):
             from keras_vit import tf_kernels  # the forward and its gradients as one XLA kernel each
 
             gamma, beta = (ops.cast(w, "float32") for w in (self.gamma, self.beta))
             return ops.cast(tf_kernels.layer_norm(inputs, gamma, beta, self.epsilon), self.compute_dtype)
-        half = keras.backend.standardize_dtype(inputs.dtype) in ("float16", "bfloat16")
-        last = self.axis in ([-1], [len(inputs.shape) - 1]) and len(inputs.shape) in (2, 3)
-        if frozen_graph.tracing() and not training and half and last and self.scale and self.center:
+        if (
+            frozen_graph.tracing()
+            and not training
+            and is_half(inputs)
+            and len(inputs.shape) in (2, 3)
+            and self._affine_over_last_axis(inputs)
+        ):
             from keras_vit import tf_predict  # one oneDNN kernel in a frozen graph
 
             return ops.cast(tf_predict.layer_norm(inputs, self.gamma, self.beta, self.epsilon), self.compute_dtype)
