@@ -1,6 +1,7 @@
-"""TensorFlow training kernels: the projections' bias gradients (Dense and the patch embedding's
-convolution), fc1's bias add + exact GELU and the LayerNorm (forward and gradient each one XLA
-kernel), and the bfloat16 attention softmax's gradient (one XLA kernel).
+"""TensorFlow training kernels: the projections' bias gradients (Dense and the patch embedding;
+in bfloat16 on AMX CPUs their bias adds too, `_bias_add_fuses`), fc1's bias add + exact GELU
+and the LayerNorm (forward and gradient each one XLA kernel), and the bfloat16 attention
+softmax's gradient (one XLA kernel).
 
 In TensorFlow's graph mode (how `fit` trains on a CPU, see docs/training.md) these run one Eigen
 kernel per op otherwise: about ten passes over fc1's output for the GELU and its gradient, and
@@ -17,6 +18,7 @@ import keras
 import tensorflow as tf
 from keras.activations import linear
 
+from keras_vit import cpu
 from keras_vit.layers.layer_normalization import centred_normalize
 from keras_vit.layers.mlp import normal_cdf
 
@@ -31,8 +33,7 @@ def project(layer, x, gelu=False):
     6304 rows of a ViT-Ti/16 batch (docs/models.md). With `gelu` the bias add and the GELU are
     one XLA kernel, forward and gradient. A layer with LoRA, a quantized kernel or an
     activation runs its own call."""
-    plain = getattr(layer, "data_format", "channels_last") == "channels_last" and layer.activation is linear
-    if getattr(layer, "lora_enabled", False) or getattr(layer, "quantization_mode", None) or not plain:
+    if not runs_as_kernel_and_bias(layer):
         y = layer(x)
         return keras.activations.gelu(y, approximate=False) if gelu else y
     # the caller's autocast scope gives the kernel in x's dtype
@@ -45,12 +46,39 @@ def project(layer, x, gelu=False):
     return (_bias_gelu if gelu else _bias_add)(y, tf.convert_to_tensor(layer.bias))  # a tensor: no variables inside
 
 
+def runs_as_kernel_and_bias(layer):
+    """Whether `layer` (a Dense or convolution) is its kernel and bias alone: channels-last, no
+    activation, no LoRA, not quantized."""
+    plain = getattr(layer, "data_format", "channels_last") == "channels_last" and layer.activation is linear
+    return plain and not getattr(layer, "lora_enabled", False) and not getattr(layer, "quantization_mode", None)
+
+
+def bias_add(x, bias):
+    """`x + bias` (a variable or tensor) over the last axis, the bias gradient summed with
+    float32 accumulation."""
+    return _bias_add(x, tf.convert_to_tensor(bias))  # a tensor: no variables inside
+
+
 @tf.custom_gradient
 def _bias_add(x, bias):
-    # BiasAdd, which oneDNN fuses into the MatMul before it; its gradient a reduce_sum, whose CPU
-    # kernel accumulates bfloat16 in float32 (and ran 1.1 ms against BiasAddGrad's 2.1 on
-    # (6304, 576) bf16, 2 Zen 4 cores)
-    return tf.nn.bias_add(x, bias), lambda dy: (dy, tf.reduce_sum(dy, axis=list(range(len(dy.shape) - 1))))
+    # Its gradient a reduce_sum, whose CPU kernel accumulates bfloat16 in float32 (and ran 1.1 ms
+    # against BiasAddGrad's 2.1 on (6304, 576) bf16, 2 Zen 4 cores).
+    y = tf.nn.bias_add(x, bias) if _bias_add_fuses(x) else _separate_bias_add(x, bias)
+    return y, lambda dy: (dy, tf.reduce_sum(dy, axis=list(range(len(dy.shape) - 1))))
+
+
+def _bias_add_fuses(x):
+    """Whether the bias add is a BiasAdd, which oneDNN fuses into the MatMul before it. Not for
+    bfloat16 on a CPU with AMX-BF16: TensorFlow gives that fused op on variable weights to
+    oneDNN's `gemm:jit` inner product, which leaves the AMX tiles unused, where a plain MatMul
+    runs oneDNN's AMX `brg_matmul` (ViT-Ti/16 bf16 `fit` 1.06x on 2 AMX cores with the add as a
+    kernel of its own; without AMX the separate add took the gain back, docs/benchmarks.md)."""
+    return x.dtype != tf.bfloat16 or "amx_bf16" not in (cpu.cpu_flags() or ())
+
+
+@tf.function(jit_compile=True, autograph=False)
+def _separate_bias_add(x, bias):
+    return x + bias
 
 
 @tf.function(jit_compile=True, autograph=False)

@@ -286,6 +286,38 @@ def test_tensorflow_bf16_training_sums_bias_gradients_in_float32():
             np.testing.assert_allclose(got, want, rtol=0, atol=2e-2 * np.abs(want).max(), err_msg=cls.__name__)
 
 
+@pytest.mark.tensorflow_only
+@pytest.mark.parametrize("amx", [True, False])
+def test_tensorflow_bf16_training_keeps_the_bias_add_out_of_the_matmul_on_amx_cpus(monkeypatch, amx):
+    # TensorFlow gives oneDNN a MatMul + BiasAdd on variable weights as a `gemm:jit` inner
+    # product, which does not use the AMX tiles; on an AMX CPU the add is an XLA kernel instead
+    import tensorflow as tf
+
+    from keras_vit import cpu, tf_kernels
+
+    monkeypatch.setattr(cpu, "cpu_flags", lambda: {"avx512_bf16", "amx_bf16"} if amx else {"avx512_bf16"})
+    dense = keras.layers.Dense(32, dtype="mixed_bfloat16")
+    dense.build((None, 16))
+    dense.bias.assign(np.linspace(-1, 1, 32))
+    x = tf.constant(np.random.default_rng(0).normal(size=(300, 16)), "bfloat16")
+
+    @tf.function
+    def step(x):
+        with tf.GradientTape() as tape:
+            with keras.src.backend.AutocastScope("bfloat16"):
+                y = tf.cast(tf_kernels.project(dense, x), "float32")
+            loss = tf.reduce_sum(y * tf.range(32, dtype="float32"))
+        return y, tape.gradient(loss, [dense.kernel, dense.bias])
+
+    y, gradients = step(x)
+    kinds = {op.type for op in step.get_concrete_function(x).graph.get_operations()}
+    assert ("BiasAdd" in kinds) is not amx, sorted(kinds)
+    x32, kernel = (np.asarray(tf.cast(t, "float32")) for t in (x, tf.cast(dense.kernel, "bfloat16")))
+    want = x32 @ kernel + dense.bias.numpy()
+    np.testing.assert_allclose(y.numpy(), want, atol=2e-2 * np.abs(want).max(), rtol=0)
+    np.testing.assert_allclose(gradients[1].numpy(), 300 * np.arange(32), rtol=8e-3)  # a bf16 sum
+
+
 @pytest.mark.parametrize(
     "shape, message",
     [
@@ -378,6 +410,45 @@ def test_patch_matmul_equals_the_convolution(patch_size, channels):
     np.testing.assert_allclose(
         keras.ops.convert_to_numpy(layer._project_patches(x)), keras.ops.convert_to_numpy(conv), atol=1e-4, rtol=1e-5
     )
+
+
+@pytest.mark.tensorflow_only
+def test_tensorflow_training_runs_the_patch_projection_as_a_matmul():
+    # oneDNN's bfloat16 filter gradient of the stride-P convolution with 3 input channels took
+    # about 7x the matmul's forward and gradient on an AMX CPU; the values and gradients are the
+    # convolution's
+    import tensorflow as tf
+
+    layer = keras_vit.layers.PatchEmbedding(24, 4, dtype="mixed_bfloat16")
+    x = tf.constant(images(batch=2, size=(16, 32)) / 255)
+    layer.build(x.shape)
+    layer.projection.bias.assign(np.linspace(-1, 1, 24))
+    weights = tf.constant(np.random.default_rng(0).uniform(0.5, 1.5, size=(2, 32, 24)).astype("float32"))
+
+    def forward_and_gradients(project):
+        @tf.function
+        def step(x):
+            with tf.GradientTape() as tape:
+                y = project(x)
+                loss = tf.reduce_sum(y * weights)
+            return y, tape.gradient(loss, [layer.projection.kernel, layer.projection.bias])
+
+        return step, step(x)
+
+    step, (y, gradients) = forward_and_gradients(lambda x: tf.cast(layer(x, training=True), "float32"))
+    kinds = {op.type for op in step.get_concrete_function(x).graph.get_operations()}
+    assert "MatMul" in kinds and not kinds & {"Conv2D", "Conv2DBackpropFilter"}, sorted(kinds)
+    # the convolution in float32 on the same bf16-rounded input and kernel
+    rounded = lambda t: tf.cast(tf.cast(t, "bfloat16"), "float32")  # noqa: E731
+    _, (y_conv, gradients_conv) = forward_and_gradients(
+        lambda x: tf.reshape(
+            tf.nn.conv2d(rounded(x), rounded(layer.projection.kernel), 4, "VALID") + layer.projection.bias, (2, -1, 24)
+        )
+    )
+    assert y.dtype == gradients[0].dtype == "float32"
+    np.testing.assert_allclose(y.numpy(), y_conv.numpy(), atol=2e-2 * np.abs(y_conv.numpy()).max(), rtol=0)
+    for got, want in zip(gradients, gradients_conv):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), atol=2e-2 * np.abs(want.numpy()).max(), rtol=0)
 
 
 def test_model_trains_with_fit():

@@ -33,26 +33,46 @@ class PatchEmbedding(keras.layers.Layer):
 
     def call(self, images, training=None):
         _check_divisible(images.shape, self.patch_size)
-        if not training and keras.backend.backend() == "jax" and None not in images.shape[1:]:
-            return self._project_patches(images)
+        if None not in images.shape[1:] and self._as_matmul(training):
+            return self._project_patches(images, training)
         x = project(self.projection, images, training)
         return ops.reshape(x, (ops.shape(x)[0], -1, self.hidden_size))
 
-    def _project_patches(self, images):
+    def _as_matmul(self, training):
+        """Whether to run the projection as `_project_patches`: in inference on JAX, where XLA's
+        convolution with 3 input channels and stride P ran 3-6x slower than the matmul on an H100
+        (ViT-B/16 batch 256: 2.0 ms against 0.33-0.51 ms; bf16 inference +7%) and 1.3-2.5x slower
+        on 2 CPU cores; and in half-precision training on TensorFlow, where oneDNN's bfloat16
+        filter gradient of that convolution took about 40 ms of a ViT-Ti/16 step on 2 AMX cores
+        against 6 ms for the matmul's forward and gradient. `fit` on JAX on the H100 ran 1-3%
+        slower with it, float32 `fit` and inference on TensorFlow tied (LiteRT exports keep one
+        CONV_2D), and torch's CPU convolution was faster; those keep the Conv2D
+        (docs/benchmarks.md)."""
+        backend = keras.backend.backend()
+        if backend == "jax":
+            return not training
+        if backend == "tensorflow" and training and self.compute_dtype in ("bfloat16", "float16"):
+            from keras_vit import tf_kernels
+
+            return tf_kernels.runs_as_kernel_and_bias(self.projection)
+        return False
+
+    def _project_patches(self, images, training=None):
         """The same map as `projection`, as patches flattened in (row, col, channel) order
-        times the HWIO kernel read as `(P*P*C, D)`. Used for inference on JAX, where XLA's
-        convolution with 3 input channels and stride P ran 3-6x slower than this on an H100
-        (ViT-B/16 batch 256: 2.0 ms against 0.33-0.51 ms; bf16 inference +7%) and 1.3-2.5x
-        slower on 2 CPU cores. `fit` on the H100 ran 1-3% slower with it, so training keeps the
-        Conv2D; so do torch (its CPU convolution was faster) and TensorFlow (a tie), see
-        docs/benchmarks.md."""
+        times the HWIO kernel read as `(P*P*C, D)`; in TensorFlow training the bias gradient is
+        summed with float32 accumulation (`keras_vit.tf_kernels.bias_add`)."""
         (rows, size_r), (cols, size_c) = ((s // p, p) for s, p in zip(images.shape[1:3], self.patch_size))
         channels = images.shape[3]
         x = ops.reshape(images, (-1, rows, size_r, cols, size_c, channels))
         x = ops.reshape(ops.transpose(x, (0, 1, 3, 2, 4, 5)), (-1, size_r * size_c * channels))
         x = ops.matmul(x, ops.reshape(self.projection.kernel, (-1, self.hidden_size)))
         if self.projection.use_bias:
-            x = x + self.projection.bias
+            if training and keras.backend.backend() == "tensorflow":
+                from keras_vit import tf_kernels
+
+                x = tf_kernels.bias_add(x, self.projection.bias)
+            else:
+                x = x + self.projection.bias
         return ops.reshape(x, (-1, rows * cols, self.hidden_size))
 
     def compute_output_shape(self, input_shape):
