@@ -1,3 +1,5 @@
+import collections
+
 import keras
 import numpy as np
 import pytest
@@ -556,13 +558,14 @@ def test_tensorflow_bf16_predict_runs_on_bf16_weight_constants_that_follow_the_w
 
 
 @pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="frozen graphs are TensorFlow's")
-@pytest.mark.parametrize("epsilon", [1e-6, 1e-5])
-def test_frozen_graph_layer_norm_runs_as_one_onednn_kernel_with_the_layers_epsilon(epsilon):
+@pytest.mark.parametrize("epsilon, zero_beta", [(1e-6, False), (1e-5, False), (1e-6, True)])
+def test_frozen_graph_layer_norm_runs_as_one_onednn_kernel_with_the_layers_epsilon(epsilon, zero_beta):
     """In a frozen graph a bf16 LayerNorm is the subgraph TensorFlow's oneDNN rewrite replaces by
     one `_MklLayerNorm` kernel (where oneDNN is on), which gives the LayerNorm of the layer's
     epsilon: checked on rows whose variance (1e-6) is of the epsilon's order, where the
-    kernel's own default epsilon (1e-3) would be far off. Without the rewrite the same ops give
-    the same values; a bf16 ViT's frozen forward writes every LayerNorm this way."""
+    kernel's own default epsilon (1e-3) would be far off. A `beta` of zeros (a fresh model's)
+    fuses too. Without the rewrite the same ops give the same values; a bf16 ViT's frozen
+    forward writes every LayerNorm this way, a fresh model's as well."""
     import tensorflow as tf
     from tensorflow.core.protobuf import rewriter_config_pb2
     from tensorflow.python.util import _pywrap_util_port
@@ -572,7 +575,7 @@ def test_frozen_graph_layer_norm_runs_as_one_onednn_kernel_with_the_layers_epsil
     rng = np.random.default_rng(0)
     x = (0.5 + 1e-3 * rng.standard_normal((2, 7, 64))).astype(tf.bfloat16.as_numpy_dtype)
     gamma = (1 + 0.2 * rng.standard_normal(64)).astype("float32")
-    beta = (0.1 * rng.standard_normal(64)).astype("float32")
+    beta = np.zeros(64, "float32") if zero_beta else (0.1 * rng.standard_normal(64)).astype("float32")
     rows = x.astype(np.float64)
     centred = rows - rows.mean(-1, keepdims=True)
     expected = centred / np.sqrt((centred**2).mean(-1, keepdims=True) + epsilon) * gamma + beta
@@ -581,22 +584,37 @@ def test_frozen_graph_layer_norm_runs_as_one_onednn_kernel_with_the_layers_epsil
         feed = tf.compat.v1.placeholder(tf.bfloat16, x.shape, name="x")
         with tf.name_scope("block/norm"):
             out = tf_predict.layer_norm(feed, tf.constant(gamma), tf.constant(beta), epsilon)
-    for remapping in (True, False):
+    onednn = _pywrap_util_port.IsMklEnabled()
+
+    def run(graph, fetch, feeds, remapping=True):
+        """(result, the kernels that ran, each with its count)."""
         config = tf.compat.v1.ConfigProto()
         if not remapping:
             config.graph_options.rewrite_options.remapping = rewriter_config_pb2.RewriterConfig.OFF
         metadata = tf.compat.v1.RunMetadata()
         with tf.compat.v1.Session(graph=graph, config=config) as session:
             options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
-            result = session.run(out, {feed: x}, options=options, run_metadata=metadata)
+            result = session.run(fetch, feeds, options=options, run_metadata=metadata)
         ran = [node.timeline_label for device in metadata.step_stats.dev_stats for node in device.node_stats]
-        kernels = {label.split(" = ")[-1].split("(")[0] for label in ran}
-        assert ("_MklLayerNorm" in kernels) == (remapping and _pywrap_util_port.IsMklEnabled())
+        return result, collections.Counter(label.split(" = ")[-1].split("(")[0] for label in ran)
+
+    for remapping in (True, False):
+        result, kernels = run(graph, out, {feed: x}, remapping)
+        assert ("_MklLayerNorm" in kernels) == (remapping and onednn)
         np.testing.assert_allclose(result, expected, rtol=1e-4, atol=1e-4)
 
-    model = perturb(keras_vit.ViT(tiny_config(), dtype="mixed_bfloat16"))
-    nodes = tf_predict.frozen_forward(model).graph_def.node
-    assert sum(n.op == "SquaredDifference" for n in nodes) == 2 * model.config.num_layers + 1
+    # a fresh model's LayerNorms (beta zero) fuse as well as a trained model's
+    model = keras_vit.ViT(tiny_config(), dtype="mixed_bfloat16")
+    model = model if zero_beta else perturb(model)
+    graph_def = tf_predict.frozen_forward(model).graph_def
+    norms = 2 * model.config.num_layers + 1
+    assert sum(n.op == "SquaredDifference" for n in graph_def.node) == norms
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.graph_util.import_graph_def(graph_def, name="")
+    (feed_name,) = [n.name for n in graph_def.node if n.op == "Placeholder"]
+    _, kernels = run(graph, graph.get_operations()[-1].outputs[0], {f"{feed_name}:0": images()})
+    assert kernels["_MklLayerNorm"] == (norms if onednn else 0)
 
 
 def test_feature_model_gives_maps_and_the_pooled_embedding_for_downstream_heads(tmp_path):
