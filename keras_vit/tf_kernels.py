@@ -43,7 +43,7 @@ def project(layer, x, gelu=False):
         y = layer.convolution_op(x, layer.kernel)
     if layer.bias is None:
         return keras.activations.gelu(y, approximate=False) if gelu else y
-    return (_bias_gelu if gelu else _bias_add)(y, tf.convert_to_tensor(layer.bias))  # a tensor: no variables inside
+    return _bias_gelu(y, tf.convert_to_tensor(layer.bias)) if gelu else bias_add(y, layer.bias)
 
 
 def runs_as_kernel_and_bias(layer):

@@ -6,6 +6,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_vit.dtypes import is_half
 from keras_vit.layers.projection import project
 
 
@@ -119,8 +120,7 @@ def _fused_attention(q, k, v, training):
     (float32 has no cuDNN flash attention; it stays as it is.)
     """
     tokens = q.shape[1]
-    half = keras.backend.standardize_dtype(q.dtype) in ("float16", "bfloat16")
-    if not (training and half and tokens is not None and tokens % 2 and _on_jax_gpu()):
+    if not (training and is_half(q.dtype) and tokens is not None and tokens % 2 and _on_jax_gpu()):
         return ops.dot_product_attention(q, k, v)
     q, k, v = (ops.pad(t, [(0, 0), (0, 1), (0, 0), (0, 0)]) for t in (q, k, v))
     keys = ops.arange(tokens + 1) < tokens

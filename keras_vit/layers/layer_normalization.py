@@ -3,19 +3,15 @@
 import keras
 from keras import ops
 
+from keras_vit.dtypes import is_half
 from keras_vit.layers import frozen_graph
-
-
-def is_half(x):
-    """Whether `x` is float16 or bfloat16."""
-    return keras.backend.standardize_dtype(x.dtype) in ("float16", "bfloat16")
 
 
 def centred_normalize(x, axis, epsilon, return_rstd=False):
     """`(x - mean) * rsqrt(var + epsilon)` over `axis`, in float32 for half-precision `x`: the
     form that maps onto quantisable TFLite builtins (keras_vit's Layer and GroupNormalization).
     With `return_rstd`, also the `rsqrt(var + epsilon)` (the LayerNorm gradient needs it)."""
-    if is_half(x):
+    if is_half(x.dtype):
         x = ops.cast(x, "float32")
     centred = x - ops.mean(x, axis=axis, keepdims=True)
     # `centred * centred`, not `square`: the converter fuses sub + square into
@@ -55,7 +51,7 @@ class LayerNormalization(keras.layers.LayerNormalization):
         if (
             frozen_graph.tracing()
             and not training
-            and is_half(inputs)
+            and is_half(inputs.dtype)
             and len(inputs.shape) in (2, 3)
             and self._affine_over_last_axis(inputs)
         ):

@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_vit.dtypes import is_half
 from keras_vit.layers.projection import project
 
 
@@ -51,7 +52,7 @@ class PatchEmbedding(keras.layers.Layer):
         backend = keras.backend.backend()
         if backend == "jax":
             return not training
-        if backend == "tensorflow" and training and self.compute_dtype in ("bfloat16", "float16"):
+        if backend == "tensorflow" and training and is_half(self.compute_dtype):
             from keras_vit import tf_kernels
 
             return tf_kernels.runs_as_kernel_and_bias(self.projection)
