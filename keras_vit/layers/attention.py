@@ -111,21 +111,16 @@ class MultiHeadSelfAttention(keras.layers.Layer):
 
 
 def _fused_attention(q, k, v, training):
-    """`keras.ops.dot_product_attention` of (batch, tokens, heads, head_dim) tensors.
-
-    Half-precision training on a GPU under JAX pads an odd token count (197 in ViT-B/16) by
-    one token whose key is masked out, and drops its query's row after: JAX's cuDNN flash
-    attention (0.10-0.11) refuses odd lengths in training, and Keras then falls back to XLA's
-    attention, which writes out the (tokens x tokens) probabilities and logs the refusal.
-    (float32 has no cuDNN flash attention; it stays as it is.)
-    """
+    """`keras.ops.dot_product_attention` of (batch, tokens, heads, head_dim) tensors; for
+    half-precision training on a JAX GPU with an odd token count, `jax_attention.padded_attention`
+    (JAX's cuDNN flash attention refuses odd lengths in training, and Keras would fall back to
+    XLA's attention). float32 has no cuDNN flash attention; it stays as it is."""
     tokens = q.shape[1]
     if not (training and is_half(q.dtype) and tokens is not None and tokens % 2 and _on_jax_gpu()):
         return ops.dot_product_attention(q, k, v)
-    q, k, v = (ops.pad(t, [(0, 0), (0, 1), (0, 0), (0, 0)]) for t in (q, k, v))
-    keys = ops.arange(tokens + 1) < tokens
-    mask = ops.broadcast_to(keys[None, None, None, :], (1, 1, tokens + 1, tokens + 1))
-    return ops.dot_product_attention(q, k, v, mask=mask)[:, :tokens]
+    from keras_vit import jax_attention
+
+    return jax_attention.padded_attention(q, k, v)
 
 
 _BF16_SOFTMAX_EXACT = []  # the answer of _bf16_softmax_is_float32_rounded, once known
