@@ -1,4 +1,4 @@
-"""`run_suite`: every case of a suite in one process, with the machine, versions, targets."""
+"""`run_suite`: every case of a suite, with the machine, versions, targets."""
 
 import datetime
 import importlib
@@ -6,7 +6,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from keras_vit.benchmark import machine, suite
+from keras_vit.benchmark import isolated, machine, suite
 from keras_vit.benchmark.kernels import Profiler
 
 COMPETITORS = ("keras-hub", "timm")
@@ -24,12 +24,14 @@ def run_suite(
     cases=None,
     precisions=suite.BOTH,
     kernels=False,
+    isolate=False,
 ):
     """Runs suite `name` ("quick", "full" or "gpu") on the current Keras backend; returns the result
     dict (and writes it as JSON to `out`). `cases`: strings, of which a case's name must contain one
     (None: every case); `precisions`: the subset of float32 and mixed_bfloat16 to run (timm's
     "*_bf16" modes count as mixed_bfloat16); `kernels`: give each CPU inference and training row
-    its oneDNN kernel profile (`kernels.Profiler`). `log` gets each result row as it is measured and
+    its oneDNN kernel profile (`kernels.Profiler`); `isolate`: on the CPU, run each inference and
+    training case in a fresh process (`isolated.run_case`). `log` gets each result row as it is measured and
     each note (a string) on what was left out. Call `timing.pin_threads(threads)` before Keras
     is imported for the thread count to hold."""
     import keras
@@ -78,7 +80,12 @@ def run_suite(
         for case in selected.get(kind, []):
             if "timm_modes" in case:
                 case = {**case, "timm_modes": tuple(m for m in case["timm_modes"] if timm_modes(m))}
-            rows += module.run_case(case, tuple(against), repeats, log, **extra)
+            if isolate and extra and not info["accelerator"]:
+                rows += isolated.run_case(
+                    kind, case, against, repeats, threads, log, peak=peak_probe is not None, kernels=profiles
+                )
+            else:
+                rows += module.run_case(case, tuple(against), repeats, log, **extra)
         gpu = info["accelerator"]
         if gpu:  # model-FLOPs utilisation, against the measured bf16 matmul rate and the datasheet's
             for row in rows:

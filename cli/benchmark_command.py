@@ -5,7 +5,7 @@ def add_parser(subparsers):
     parser = subparsers.add_parser(
         "benchmark",
         help="measure keras_vit side by side with keras-hub and timm (speed ratios and targets)",
-        description="Run a benchmark suite in one process: inference throughput (float32 and mixed_bfloat16), "
+        description="Run a benchmark suite: inference throughput (float32 and mixed_bfloat16), "
         "model.fit training throughput with AdamW and the first step's time, the top-1 agreement of bfloat16 with "
         "float32 on the digits default trained here, LiteRT batch-1 latency of the export modes, and the training "
         "input pipeline's rate. keras-hub runs the same architecture on the same Keras "
@@ -17,7 +17,8 @@ def add_parser(subparsers):
         "and each of their rows gives its share of the peak probed beside it. The JSON result lists the machine "
         "(with its measured FP32 FMA peak), versions and the targets met; a Markdown table (.md) and a bar chart "
         "(.png) of it are written next to it. `quick` takes minutes; `full` "
-        "(ViT-S/16, B/16, Ti/16 and a CIFAR-size model) about half an hour on 2 cores; "
+        "(ViT-S/16, B/16, Ti/16 and a CIFAR-size model) about an hour on 2 cores, each of its CPU inference and "
+        "training cases in a fresh process (a process keeps much of what a case's graphs allocated); "
         "`gpu` (batch 256, ViT-B/16 training) is for a GPU under "
         "KERAS_BACKEND=jax and adds model-FLOPs utilisation against the GPU's measured bf16 matmul rate.",
     )
@@ -72,7 +73,7 @@ def run(args):
         raise CommandError(f"unknown kind {unknown[0] if unknown else ''!r}; choose from {', '.join(KINDS)}.")
     if args.threads < 1:
         raise CommandError("--threads must be positive.")
-    from keras_vit.benchmark import markdown, pin_threads, run_suite, share_gpu
+    from keras_vit.benchmark import markdown, pin_threads, quiet_retracing, run_suite, share_gpu
 
     pin_threads(args.threads)
     share_gpu()
@@ -92,6 +93,7 @@ def run(args):
         cases=cases,
         precisions=precisions,
         kernels=args.kernels,
+        isolate=args.suite == "full",
     )
     table = markdown(result)
     Path(args.out).with_suffix(".md").write_text(table)
@@ -106,14 +108,6 @@ def run(args):
     else:
         if drawn:
             print(f"wrote {drawn}")
-
-
-def quiet_retracing():
-    """Drops TensorFlow's warning of frequent tf.function retracing: the suite builds many models
-    of one class, each tracing Keras's predict step, by design; nothing for the user to act on."""
-    import logging
-
-    logging.getLogger("tensorflow").addFilter(lambda record: "tf.function retracing" not in record.getMessage())
 
 
 def _progress(row):

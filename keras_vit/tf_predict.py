@@ -14,7 +14,6 @@ Imported only on the TensorFlow backend.
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.python.eager import wrap_function
 from tensorflow.python.framework import convert_to_constants
 
 from keras_vit.layers import frozen_graph
@@ -30,8 +29,14 @@ def frozen_forward(model):
     holds the weights as constants, half-precision casts of float32 weights folded into
     half-precision constants (`fold_weight_casts`): `forward(images)` returns the model's
     output tensor for a batch (tensor or array, any size and real dtype); it can be called inside
-    a `tf.function` and saved in a SavedModel. keras_vit's layers are traced in their
-    frozen-graph forms (`keras_vit.layers.frozen_graph`). The caller checks `fits(model)` first."""
+    a `tf.function` and saved in a SavedModel, and `forward.graph` is its graph. keras_vit's
+    layers are traced in their frozen-graph forms (`keras_vit.layers.frozen_graph`). The caller
+    checks `fits(model)` first.
+
+    TensorFlow keeps several copies of a graph's constants once the function has run (its
+    function library, the instantiated graph, the kernels'); the forward adds no more: the
+    frozen GraphDef is imported straight into the function's graph and not kept (ViT-B/16 in
+    mixed_bfloat16: 1.6 GiB after the first call, against 2.25 GiB through a pruned import)."""
     spec = model.inputs[0]
     forward = tf.function(lambda images: model(images, training=False))
     with frozen_graph.traced():
@@ -43,14 +48,23 @@ def frozen_forward(model):
             func=concrete, lower_control_flow=True, aggressive_inlining=False
         )
     )
-    names = [concrete.inputs[0].name], [concrete.outputs[0].name]
-    graph_def = fold_weight_casts(graph_def, names[1])
-    frozen = wrap_function.function_from_graph_def(graph_def, *names)
+    feed, fetch = concrete.inputs[0].name, concrete.outputs[0].name
+    # `wrap_function` keeps the Python function: the GraphDef goes once it has been imported
+    pending = [fold_weight_casts(graph_def, [fetch])]
+    del graph_def
+
+    def imported(batch):
+        (output,) = tf.graph_util.import_graph_def(
+            pending.pop(), input_map={feed: batch}, return_elements=[fetch], name=""
+        )
+        return output
+
+    frozen = tf.compat.v1.wrap_function(imported, [tf.TensorSpec(spec.shape, spec.dtype)])
 
     def call(images):
-        return frozen(tf.cast(images, spec.dtype))[0]
+        return frozen(tf.cast(images, spec.dtype))
 
-    call.graph_def = graph_def
+    call.graph = frozen.graph
     return call
 
 

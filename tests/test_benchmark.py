@@ -9,6 +9,7 @@ import pytest
 
 from keras_vit.benchmark import (
     inference,
+    isolated,
     litert,
     machine,
     models,
@@ -289,6 +290,20 @@ def test_inference_and_training_rows_on_a_tiny_model():
     assert all(r["images_per_s"] > 0 and r["first_step_s"] > 0 and r["spread"] >= 0 for r in rows)
     fused = "FusedAdamW" if keras.backend.backend() == "tensorflow" else "AdamW"  # keras_vit.training's on TF
     assert [r["optimizer"] for r in rows] == [fused, fused, "torch AdamW"]
+
+
+def test_a_case_runs_in_a_fresh_process_with_the_same_rows():
+    """`full` runs each case in a child process (what a case leaves allocated in TensorFlow does
+    not add up over the suite): its rows and logged lines come back as the in-process run's."""
+    case = dict(name="tiny", model=TINY, batch=4, dtypes=("float32",), timm_modes=())
+    logged = []
+    rows = isolated.run_case("inference", case, (), 5, 2, logged.append)
+    assert logged == rows and [(r["case"], r["implementation"], r["mode"]) for r in rows] == [
+        ("tiny", "keras_vit", "float32")
+    ]
+    assert rows[0]["images_per_s"] > 0 and rows[0]["spread"] >= 0 and "peak_share" not in rows[0]
+    with pytest.raises(RuntimeError, match="process of the case 'broken' failed with exit 1"):
+        isolated.run_case("inference", dict(case, name="broken", model="no_such_preset"), (), 5, 2, logged.append)
 
 
 @pytest.mark.parametrize(
@@ -684,7 +699,7 @@ def test_bf16_agreement_on_the_trained_digits_default():
 def test_the_benchmark_command_drops_only_the_retracing_warning(caplog):
     import logging
 
-    from keras_vit_cli.benchmark_command import quiet_retracing
+    from keras_vit.benchmark import quiet_retracing
 
     logger = logging.getLogger("tensorflow")
     filters = list(logger.filters)

@@ -544,7 +544,7 @@ def test_tensorflow_bf16_predict_runs_on_bf16_weight_constants_that_follow_the_w
     for call in (model.predict_on_batch, lambda images: model.predict(images, verbose=0)):
         with pytest.raises(ValueError, match="built for 32x32 images but got 48x48"):
             call(images(2, size=(48, 48)))
-    nodes = model._frozen_predict.forward.graph_def.node
+    nodes = model._frozen_predict.forward.graph.as_graph_def().node
     constants = {n.name: tf.make_ndarray(n.attr["value"].tensor) for n in nodes if n.op == "Const"}
     assert not any(n.op == "ReadVariableOp" for n in nodes)
     kernels = [node.input[1] for node in nodes if node.op in ("MatMul", "Conv2D")]
@@ -620,14 +620,15 @@ def test_frozen_graph_layer_norm_runs_as_one_onednn_kernel_with_the_layers_epsil
     # a fresh model's LayerNorms (beta zero) fuse as well as a trained model's
     model = keras_vit.ViT(tiny_config(), dtype="mixed_bfloat16")
     model = model if zero_beta else perturb(model)
-    graph_def = tf_predict.frozen_forward(model).graph_def
+    frozen = tf_predict.frozen_forward(model).graph
+    graph_def = frozen.as_graph_def()
     norms = 2 * model.config.num_layers + 1
     assert sum(n.op == "SquaredDifference" for n in graph_def.node) == norms
     graph = tf.Graph()
     with graph.as_default():
         tf.graph_util.import_graph_def(graph_def, name="")
-    (feed_name,) = [n.name for n in graph_def.node if n.op == "Placeholder"]
-    _, kernels = run(graph, graph.get_operations()[-1].outputs[0], {f"{feed_name}:0": images()})
+    output = graph.get_tensor_by_name(frozen.outputs[0].name)
+    _, kernels = run(graph, output, {frozen.inputs[0].name: images()})
     assert kernels["_MklLayerNorm"] == (norms if onednn else 0)
 
 
