@@ -5,9 +5,8 @@ run (inference, training, LiteRT latency, input pipeline), as ratios and targets
 """
 
 from keras_vit.benchmark.accelerator import share_gpu
-from keras_vit.benchmark.isolated import quiet_retracing
 from keras_vit.benchmark.report import markdown
-from keras_vit.benchmark.runner import COMPETITORS, run_suite
+from keras_vit.benchmark.runner import COMPETITORS, quiet_retracing, run_suite
 from keras_vit.benchmark.suite import KINDS, SUITES
 from keras_vit.benchmark.timing import pin_threads
 

@@ -19,7 +19,7 @@ def run_case(kind, case, against, repeats, threads, log, peak=False, kernels=Fal
     """`keras_vit.benchmark.<kind>.run_case(case, against, repeats, ...)` run in a child process
     pinned to `threads` threads; its rows, and each row and note it logged passed to `log` once
     the case has ended. `peak`: probe the FMA peak in its rounds; `kernels`: profile each row
-    (`kernels.Profiler`). TensorFlow's retracing warnings are dropped there (`quiet_retracing`)."""
+    (`kernels.Profiler`). TensorFlow's retracing warnings are dropped there (`runner.quiet_retracing`)."""
     spec = dict(kind=kind, case=case, against=list(against), repeats=repeats, threads=threads)
     spec.update(peak=peak, kernels=kernels)
     with tempfile.TemporaryDirectory() as folder:
@@ -35,14 +35,6 @@ def run_case(kind, case, against, repeats, threads, log, peak=False, kernels=Fal
     return result["rows"]
 
 
-def quiet_retracing():
-    """Drops TensorFlow's warning of frequent tf.function retracing: a suite builds many models
-    of one class, each tracing Keras's predict step, by design; nothing for the user to act on."""
-    import logging
-
-    logging.getLogger("tensorflow").addFilter(lambda record: "tf.function retracing" not in record.getMessage())
-
-
 def main(argv=None):
     """The child: `python -m keras_vit.benchmark.isolated SPEC.json ROWS.json`."""
     spec_file, out = sys.argv[1:] if argv is None else argv
@@ -50,10 +42,10 @@ def main(argv=None):
     from keras_vit.benchmark.timing import pin_threads
 
     pin_threads(spec["threads"])  # before TensorFlow starts
-    quiet_retracing()
-    from keras_vit.benchmark import machine
+    from keras_vit.benchmark import machine, runner
     from keras_vit.benchmark.kernels import Profiler
 
+    runner.quiet_retracing()
     extra = {}
     if spec["peak"]:
         extra["peak_probe"] = machine.fma_probe(spec["threads"])

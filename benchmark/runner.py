@@ -6,7 +6,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from keras_vit.benchmark import isolated, machine, suite
+from keras_vit.benchmark import machine, suite
 from keras_vit.benchmark.kernels import Profiler
 
 COMPETITORS = ("keras-hub", "timm")
@@ -81,6 +81,8 @@ def run_suite(
             if "timm_modes" in case:
                 case = {**case, "timm_modes": tuple(m for m in case["timm_modes"] if timm_modes(m))}
             if isolate and extra and not info["accelerator"]:
+                from keras_vit.benchmark import isolated  # not at the top: `python -m` runs it as the child
+
                 rows += isolated.run_case(
                     kind, case, against, repeats, threads, log, peak=peak_probe is not None, kernels=profiles
                 )
@@ -99,6 +101,14 @@ def run_suite(
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text(json.dumps(result, indent=2) + "\n")
     return result
+
+
+def quiet_retracing():
+    """Drops TensorFlow's warning of frequent tf.function retracing: a suite builds many models
+    of one class, each tracing Keras's predict step, by design; nothing for the user to act on."""
+    import logging
+
+    logging.getLogger("tensorflow").addFilter(lambda record: "tf.function retracing" not in record.getMessage())
 
 
 def _timm_modes(notes, log):
