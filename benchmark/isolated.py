@@ -15,13 +15,13 @@ import tempfile
 from pathlib import Path
 
 
-def run_case(kind, case, against, repeats, threads, log, peak=False, kernels=False):
+def run_case(kind, case, against, repeats, threads, log, peak=False, kernels=False, quiet=True):
     """`keras_vit.benchmark.<kind>.run_case(case, against, repeats, ...)` run in a child process
     pinned to `threads` threads; its rows, and each row and note it logged passed to `log` once
     the case has ended. `peak`: probe the FMA peak in its rounds; `kernels`: profile each row
-    (`kernels.Profiler`). TensorFlow's retracing warnings are dropped there (`runner.quiet_retracing`)."""
+    (`kernels.Profiler`); `quiet`: drop TensorFlow's retracing warnings there (`runner.quiet_retracing`)."""
     spec = dict(kind=kind, case=case, against=list(against), repeats=repeats, threads=threads)
-    spec.update(peak=peak, kernels=kernels)
+    spec.update(peak=peak, kernels=kernels, quiet=quiet)
     with tempfile.TemporaryDirectory() as folder:
         spec_file, out = Path(folder) / "spec.json", Path(folder) / "rows.json"
         spec_file.write_text(json.dumps(spec))
@@ -45,7 +45,8 @@ def main(argv=None):
     from keras_vit.benchmark import machine, runner
     from keras_vit.benchmark.kernels import Profiler
 
-    runner.quiet_retracing()
+    if spec["quiet"]:
+        runner.quiet_retracing()
     extra = {}
     if spec["peak"]:
         extra["peak_probe"] = machine.fma_probe(spec["threads"])

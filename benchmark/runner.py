@@ -25,15 +25,17 @@ def run_suite(
     precisions=suite.BOTH,
     kernels=False,
     isolate=False,
+    quiet=True,
 ):
     """Runs suite `name` ("quick", "full" or "gpu") on the current Keras backend; returns the result
     dict (and writes it as JSON to `out`). `cases`: strings, of which a case's name must contain one
     (None: every case); `precisions`: the subset of float32 and mixed_bfloat16 to run (timm's
     "*_bf16" modes count as mixed_bfloat16); `kernels`: give each CPU inference and training row
     its oneDNN kernel profile (`kernels.Profiler`); `isolate`: on the CPU, run each inference and
-    training case in a fresh process (`isolated.run_case`). `log` gets each result row as it is measured and
-    each note (a string) on what was left out. Call `timing.pin_threads(threads)` before Keras
-    is imported for the thread count to hold."""
+    training case in a fresh process (`isolated.run_case`), which drops TensorFlow's retracing
+    warnings when `quiet` (`quiet_retracing`). `log` gets each result row as it is measured and
+    each note (a string) on what was left out. Call `timing.pin_threads(threads)` before Keras is
+    imported for the thread count to hold."""
     import keras
 
     if name not in suite.SUITES:
@@ -73,19 +75,20 @@ def run_suite(
     profiles = kernels and not info["accelerator"]
     for kind in selected:
         module = importlib.import_module(f"keras_vit.benchmark.{kind}")
-        extra = dict(peak_probe=peak_probe) if kind in ("inference", "training") else {}
-        if profiles and extra:
+        throughput = kind in ("inference", "training")
+        in_child = isolate and throughput and not info["accelerator"]
+        extra = dict(peak_probe=peak_probe) if throughput else {}
+        if profiles and throughput and not in_child:
             extra["profile"] = Profiler(kind, threads)
         rows = []
         for case in selected.get(kind, []):
             if "timm_modes" in case:
                 case = {**case, "timm_modes": tuple(m for m in case["timm_modes"] if timm_modes(m))}
-            if isolate and extra and not info["accelerator"]:
+            if in_child:
                 from keras_vit.benchmark import isolated  # not at the top: `python -m` runs it as the child
 
-                rows += isolated.run_case(
-                    kind, case, against, repeats, threads, log, peak=peak_probe is not None, kernels=profiles
-                )
+                peak = peak_probe is not None
+                rows += isolated.run_case(kind, case, against, repeats, threads, log, peak, profiles, quiet)
             else:
                 rows += module.run_case(case, tuple(against), repeats, log, **extra)
         gpu = info["accelerator"]

@@ -94,6 +94,7 @@ def run(args):
         precisions=precisions,
         kernels=args.kernels,
         isolate=args.suite == "full",
+        quiet=not args.verbose,
     )
     table = markdown(result)
     Path(args.out).with_suffix(".md").write_text(table)
