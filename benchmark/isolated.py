@@ -15,11 +15,16 @@ import tempfile
 from pathlib import Path
 
 
+class CaseFailed(RuntimeError):
+    """A case's process ended with an error or was killed: the case has no rows."""
+
+
 def run_case(kind, case, against, repeats, threads, log, peak=False, kernels=False, quiet=True):
     """`keras_vit.benchmark.<kind>.run_case(case, against, repeats, ...)` run in a child process
     pinned to `threads` threads; its rows, and each row and note it logged passed to `log` once
-    the case has ended. `peak`: probe the FMA peak in its rounds; `kernels`: profile each row
-    (`kernels.Profiler`); `quiet`: drop TensorFlow's retracing warnings there (`runner.quiet_retracing`)."""
+    the case has ended; `CaseFailed` where the process failed. `peak`: probe the FMA peak in its
+    rounds; `kernels`: profile timm's rows there (`kernels.Profiler`; the caller profiles the Keras
+    rows); `quiet`: drop TensorFlow's retracing warnings there (`runner.quiet_retracing`)."""
     spec = dict(kind=kind, case=case, against=list(against), repeats=repeats, threads=threads)
     spec.update(peak=peak, kernels=kernels, quiet=quiet)
     with tempfile.TemporaryDirectory() as folder:
@@ -28,7 +33,7 @@ def run_case(kind, case, against, repeats, threads, log, peak=False, kernels=Fal
         done = subprocess.run([sys.executable, "-m", "keras_vit.benchmark.isolated", str(spec_file), str(out)])
         if done.returncode:
             killed = " (killed by the system: out of memory?)" if done.returncode in (-9, 137) else ""
-            raise RuntimeError(f"the process of the case {case['name']!r} failed with exit {done.returncode}{killed}.")
+            raise CaseFailed(f"the process of the case {case['name']!r} failed with exit {done.returncode}{killed}.")
         result = json.loads(out.read_text())
     for item in result["logged"]:
         log(item)

@@ -6,8 +6,9 @@ tell whether the bf16 tiles ran, which ops stayed float32 and which reorders ran
 oneDNN reports this under `ONEDNN_VERBOSE=1`, which TensorFlow reads once, when it starts. So a
 Keras row is profiled in a fresh process that builds the row's model as the suite does, runs two
 warm-up steps, then profiles one; a timm row's oneDNN is switched on around one call of its timed
-step in the suite's own process (`torch.backends.mkldnn.verbose`). Profiles are taken after a
-case's timed rounds, so the figures carry no logging cost.
+step in the case's process (`torch.backends.mkldnn.verbose`). Profiles are taken after a
+case's timed rounds, so the figures carry no logging cost, and the Keras rows' processes start
+once the case has ended, so their models never add to the case's.
 """
 
 import contextlib
@@ -25,29 +26,47 @@ TIMEOUT_S = 1800
 
 
 class Profiler:
-    """`profiler(case, row, measure)`: the oneDNN profile of one step of `row` (a dict, see
-    `summarize`, or `{"error": ...}`): a Keras row in a fresh process with `threads` threads,
-    a timm row around one call of `measure` (its timed step, `steps_per_repeat` steps for
-    training)."""
+    """oneDNN profiles of a case's rows (each a dict, see `summarize`, or `{"error": ...}`).
+    `profiler(case, row, measure)` profiles a timm row around one call of `measure` (its timed
+    step, `steps_per_repeat` steps for training) in this process, while the case's models are
+    loaded; for a Keras row it returns None. `profiler.keras_rows(case, rows)` then profiles the
+    Keras rows, each in a fresh process with `threads` threads: call it once the case's models
+    are gone, so that a profile's model never shares the memory with them (a ViT-B/16 case's
+    models take most of a 24 GiB machine)."""
 
     def __init__(self, kind, threads):
         self.kind, self.threads = kind, threads
 
     def __call__(self, case, row, measure):
-        try:
-            if row["implementation"] == "timm":
-                return _in_process(measure, case.get("steps_per_repeat", 1))
-            return _in_subprocess(self.kind, case, row, self.threads)
-        except Exception as error:  # a failed profile leaves the timed row as it is
-            return dict(error=f"{type(error).__name__}: {error}".strip())
+        if row["implementation"] != "timm":
+            return None
+        return _guarded(_in_process, measure, case.get("steps_per_repeat", 1))
+
+    def keras_rows(self, case, rows):
+        """Adds its profile to each row of `rows` that is not timm's and has none."""
+        for row in rows:
+            if row["implementation"] != "timm" and "kernels" not in row:
+                row["kernels"] = _guarded(_in_subprocess, self.kind, case, row, self.threads)
+        return rows
 
 
 def profiled(rows, measures, case, profile):
-    """`rows`, each with its `kernels` profile (`profile(case, row, measure)`) where `profile`
-    is given."""
+    """`rows`, each timm row with its `kernels` profile (`profile(case, row, measure)`) where
+    `profile` is given; the Keras rows' come after the case (`Profiler.keras_rows`)."""
     for row, measure in zip(rows, measures) if profile else ():
-        row["kernels"] = profile(case, row, measure)
+        kernels = profile(case, row, measure)
+        if kernels is not None:
+            row["kernels"] = kernels
     return rows
+
+
+def _guarded(profile, *args):
+    """`profile(*args)`, or `{"error": ...}` where it failed: a failed profile leaves the timed
+    row as it is."""
+    try:
+        return profile(*args)
+    except Exception as error:
+        return dict(error=f"{type(error).__name__}: {error}".strip())
 
 
 def parse(text):

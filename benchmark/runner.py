@@ -62,6 +62,7 @@ def run_suite(
         repeats=repeats,
         results={},
         notes=[],
+        failed=[],
         cases=None if cases is None else list(cases),
         precisions=list(precisions),
     )
@@ -77,10 +78,9 @@ def run_suite(
         module = importlib.import_module(f"keras_vit.benchmark.{kind}")
         throughput = kind in ("inference", "training")
         in_child = isolate and throughput and not info["accelerator"]
-        extra = dict(peak_probe=peak_probe) if throughput else {}
-        if profiles and throughput and not in_child:
-            extra["profile"] = Profiler(kind, threads)
-        rows = []
+        profile = Profiler(kind, threads) if profiles and throughput else None
+        extra = dict(peak_probe=peak_probe, profile=profile) if throughput else {}
+        rows = result["results"][kind] = []
         for case in selected.get(kind, []):
             if "timm_modes" in case:
                 case = {**case, "timm_modes": tuple(m for m in case["timm_modes"] if timm_modes(m))}
@@ -88,22 +88,38 @@ def run_suite(
                 from keras_vit.benchmark import isolated  # not at the top: `python -m` runs it as the child
 
                 peak = peak_probe is not None
-                rows += isolated.run_case(kind, case, against, repeats, threads, log, peak, profiles, quiet)
+                try:
+                    case_rows = isolated.run_case(kind, case, against, repeats, threads, log, peak, profiles, quiet)
+                except isolated.CaseFailed as error:  # the other cases still run, and their results are kept
+                    result["failed"].append(dict(case=case["name"], error=str(error)))
+                    result["notes"].append(f"not measured: {error}")
+                    log(result["notes"][-1])
+                    _write(out, result, name, info)
+                    continue
             else:
-                rows += module.run_case(case, tuple(against), repeats, log, **extra)
+                case_rows = module.run_case(case, tuple(against), repeats, log, **extra)
+            if profile is not None:  # the case's models are gone: each Keras row's profile in a fresh process
+                profile.keras_rows(case, case_rows)
+            rows += case_rows
+            _write(out, result, name, info)
         gpu = info["accelerator"]
         if gpu:  # model-FLOPs utilisation, against the measured bf16 matmul rate and the datasheet's
             for row in rows:
                 row["mfu"] = row["gflops_per_s"] / 1e3 / gpu["bf16_matmul_tflops"]
                 if gpu.get("datasheet_bf16_tflops"):
                     row["mfu_datasheet"] = row["gflops_per_s"] / 1e3 / gpu["datasheet_bf16_tflops"]
-        result["results"][kind] = rows
+    _write(out, result, name, info)
+    return result
+
+
+def _write(out, result, name, info):
+    """Sets the result's targets from the rows measured so far and writes it to `out` (if given):
+    after every case, so that a run stopped part-way keeps what it measured."""
     cpu_peak = None if info["accelerator"] else info["fp32_fma_peak_gflops"]  # the rows ran on the GPU
     result["targets"] = suite.targets(result["results"], name, cpu_peak)
     if out is not None:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text(json.dumps(result, indent=2) + "\n")
-    return result
 
 
 def quiet_retracing():

@@ -59,6 +59,7 @@ def add_parser(subparsers):
 
 
 def run(args):
+    import sys
     from pathlib import Path
 
     from keras_vit.benchmark.suite import BOTH, KINDS
@@ -109,6 +110,10 @@ def run(args):
     else:
         if drawn:
             print(f"wrote {drawn}")
+    if result["failed"]:  # after the other cases' results are written
+        names = ", ".join(repr(f["case"]) for f in result["failed"])
+        print(f"keras-vit benchmark: error: not measured: {names} (see the notes in {args.out})", file=sys.stderr)
+        return 1
 
 
 def _progress(row):

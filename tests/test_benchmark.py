@@ -302,8 +302,57 @@ def test_a_case_runs_in_a_fresh_process_with_the_same_rows():
         ("tiny", "keras_vit", "float32")
     ]
     assert rows[0]["images_per_s"] > 0 and rows[0]["spread"] >= 0 and "peak_share" not in rows[0]
-    with pytest.raises(RuntimeError, match="process of the case 'broken' failed with exit 1"):
+    with pytest.raises(isolated.CaseFailed, match="process of the case 'broken' failed with exit 1"):
         isolated.run_case("inference", dict(case, name="broken", model="no_such_preset"), (), 5, 2, logged.append)
+
+
+def test_a_failed_case_process_leaves_the_other_cases(monkeypatch, tmp_path, capsys):
+    """`full` on the CPU: a case whose process fails (killed for memory) is a note and the exit
+    status; the other cases run and their rows are written. The Keras rows' kernel profiles
+    start after their case's process has ended."""
+    from keras_vit.benchmark import runner
+    from keras_vit_cli import main
+
+    cases = [mechanics_case(name, batch=2, dtypes=("float32",)) for name in ("tiny a", "tiny broken", "tiny c")]
+    monkeypatch.setitem(suite.SUITES, "full", {"inference": cases})
+    monkeypatch.setattr(machine.accelerator, "describe", lambda backend: None)  # the CPU path, also on a GPU machine
+    monkeypatch.setattr(machine, "fma_probe", lambda threads, seconds=0.5: lambda: 1000.0)
+    events = []
+
+    def case_process(kind, case, against, repeats, threads, log, peak, kernels, quiet):
+        events.append(("case", case["name"], kernels, quiet))
+        if case["name"] == "tiny broken":
+            raise isolated.CaseFailed("the process of the case 'tiny broken' failed with exit -9 (out of memory?).")
+        return [dict(case=case["name"], implementation="keras_vit", mode="float32", compiler="graph", images_per_s=5.0)]
+
+    class Profiler:
+        def __init__(self, kind, threads):
+            pass
+
+        def keras_rows(self, case, rows):
+            events.append(("profile", case["name"]))
+            for row in rows:
+                row["kernels"] = dict(error="not profiled in this test")
+
+    monkeypatch.setattr(isolated, "run_case", case_process)
+    monkeypatch.setattr(runner, "Profiler", Profiler)
+    out = tmp_path / "r.json"
+    argv = ["benchmark", "--suite", "full", "--kinds", "inference", "--against", "none", "--kernels", "--verbose"]
+    assert main(argv + ["--out", str(out)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == f"keras-vit benchmark: error: not measured: 'tiny broken' (see the notes in {out})"
+    assert events == [
+        ("case", "tiny a", True, False),  # --verbose keeps the retracing warnings in the case's process
+        ("profile", "tiny a"),
+        ("case", "tiny broken", True, False),
+        ("case", "tiny c", True, False),
+        ("profile", "tiny c"),
+    ]
+    result = json.loads(out.read_text())
+    assert [r["case"] for r in result["results"]["inference"]] == ["tiny a", "tiny c"]
+    assert [f["case"] for f in result["failed"]] == ["tiny broken"] and "exit -9" in result["failed"][0]["error"]
+    assert result["notes"][-1] == f"not measured: {result['failed'][0]['error']}"
+    assert "not measured: the process of the case 'tiny broken'" in out.with_suffix(".md").read_text()
 
 
 @pytest.mark.parametrize(
@@ -654,7 +703,7 @@ def test_markdown_lists_kernel_profiles():
 
 @pytest.mark.tensorflow_only
 def test_kernel_profiles_of_a_keras_row_and_a_timm_row():
-    # A Keras row in a fresh process under ONEDNN_VERBOSE=1; a timm row in this one.
+    # A Keras row in a fresh process under ONEDNN_VERBOSE=1 (after its case); a timm row in this one.
     import numpy as np
     import torch
 
@@ -662,13 +711,16 @@ def test_kernel_profiles_of_a_keras_row_and_a_timm_row():
 
     case = mechanics_case("tiny", batch=4)
     row = dict(implementation="keras_vit", mode="mixed_bfloat16", compiler="graph")
-    profile = kernels.Profiler("inference", 2)(case, row, measure=None)
+    profiler = kernels.Profiler("inference", 2)
+    assert profiler(case, row, measure=None) is None  # not while the case's models are loaded
+    failing = {**row, "mode": "no-such-policy"}
+    profiler.keras_rows(case, [row, failing])
+    profile = row["kernels"]
     assert "error" not in profile, profile
     ran = {(k["primitive"], k["dtype"]) for k in profile["kernels"]}
     assert {("matmul", "bf16"), ("softmax", "bf16")} <= ran and profile["onednn_ms"] > 0 and profile["step_ms"] > 0
     assert profile["amx"] == any("amx" in k["implementation"] for k in profile["kernels"])
-    failed = kernels.Profiler("inference", 2)(case, {**row, "mode": "no-such-policy"}, measure=None)
-    assert failed["error"].startswith("the profiling run failed:")
+    assert failing["kernels"]["error"].startswith("the profiling run failed:")
     module = torch.nn.Conv2d(3, 8, 3)
     images = torch.from_numpy(np.ones((2, 3, 16, 16), "float32"))
     module(images)  # as the suite profiles a timed step: after warm-up
