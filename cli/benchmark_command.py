@@ -18,7 +18,8 @@ def add_parser(subparsers):
         "(with its measured FP32 FMA peak), versions and the targets met; a Markdown table (.md) and a bar chart "
         "(.png) of it are written next to it. `quick` takes minutes; `full` "
         "(ViT-S/16, B/16, Ti/16 and a CIFAR-size model) about an hour on 2 cores, each of its CPU inference and "
-        "training cases in a fresh process (a process keeps much of what a case's graphs allocated); "
+        "training cases in a fresh process (a process keeps much of what a case's graphs allocated; a case "
+        "whose process fails is noted, the others still run and the exit status is then 1); "
         "`gpu` (batch 256, ViT-B/16 training) is for a GPU under "
         "KERAS_BACKEND=jax and adds model-FLOPs utilisation against the GPU's measured bf16 matmul rate.",
     )
