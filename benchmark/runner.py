@@ -94,11 +94,10 @@ def run_suite(
                     result["failed"].append(dict(case=case["name"], error=str(error)))
                     result["notes"].append(f"not measured: {error}")
                     log(result["notes"][-1])
-                    _write(out, result, name, info)
-                    continue
+                    case_rows = []
             else:
                 case_rows = module.run_case(case, tuple(against), repeats, log, **extra)
-            if profile is not None:  # the case's models are gone: each Keras row's profile in a fresh process
+            if profile is not None and case_rows:  # the case's models are gone: Keras rows in fresh processes
                 profile.keras_rows(case, case_rows)
             rows += case_rows
             _write(out, result, name, info)
