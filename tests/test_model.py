@@ -547,10 +547,22 @@ def test_tensorflow_bf16_predict_runs_on_bf16_weight_constants_that_follow_the_w
     nodes = model._frozen_predict.forward.graph.as_graph_def().node
     constants = {n.name: tf.make_ndarray(n.attr["value"].tensor) for n in nodes if n.op == "Const"}
     assert not any(n.op == "ReadVariableOp" for n in nodes)
-    kernels = [node.input[1] for node in nodes if node.op in ("MatMul", "Conv2D")]
+    by_name = {n.name: n for n in nodes}
+
+    def source(name):  # a weight's constant, through the re-layouts of the heads-first q/k/v
+        node = by_name[name.split(":")[0].lstrip("^")]
+        relaid = ("ExpandDims", "Identity", "Reshape", "Transpose", "Unpack", "Mul")
+        return source(node.input[0]) if node.op in relaid else node
+
+    weights = [source(n.input[1]) for n in nodes if n.op in ("MatMul", "Conv2D", "BatchMatMulV2")]
+    kernels = sorted({w.name for w in weights if w.op == "Const"})  # not the attention's products
     assert len(kernels) == 1 + 4 * model.config.num_layers + 1  # patches, q/k/v, out, fc1, fc2, head
-    for name in kernels[:-1]:  # all but the head, which computes in float32
-        assert constants[name.split(":")[0]].dtype == tf.bfloat16.as_numpy_dtype
+    dtypes = [constants[name].dtype for name in kernels]
+    assert dtypes.count(np.float32) == 1  # the head computes in float32
+    assert dtypes.count(tf.bfloat16.as_numpy_dtype) == len(kernels) - 1
+    # in a half-precision frozen graph q, k, v and the output projection are batch matmuls
+    batched = [n for n in nodes if n.op == "BatchMatMulV2" and source(n.input[1]).op == "Const"]
+    assert len(batched) == 4 * model.config.num_layers
     assert not any(n.op == "Cast" and n.input[0] in kernels for n in nodes)
 
     head = model.get_layer("head")

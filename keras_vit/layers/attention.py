@@ -7,7 +7,8 @@ import numpy as np
 from keras import ops
 
 from keras_vit.dtypes import is_half
-from keras_vit.layers.projection import project
+from keras_vit.layers import frozen_graph
+from keras_vit.layers.projection import project, project_tokens
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -21,7 +22,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     `keras.ops.dot_product_attention` (cuDNN / SDPA fused kernels); on TensorFlow, and
     whenever probabilities are asked for or attention dropout is active, it is written out
     heads-first with the softmax in float32 (except in bfloat16 inference on TensorFlow
-    without returned probabilities where that is exact, see `_explicit_attention`).
+    without returned probabilities where that is exact, see `_explicit_attention`). In a frozen
+    half-precision TensorFlow graph q, k and v are projected heads-first (`_heads_first_qkv`).
 
     Call with `return_attention_scores=True` to also get the probabilities
     `(batch, heads, tokens, tokens)`.
@@ -60,27 +62,66 @@ class MultiHeadSelfAttention(keras.layers.Layer):
 
     def call(self, x, training=None, return_attention_scores=False):
         shape, width = ops.shape(x), x.shape[-1]
-        # Rank-2 projections: TensorFlow's graph optimizer fuses MatMul + bias (oneDNN) only
-        # for rank-2 matmuls; a rank-3 Dense runs as Tensordot + a separate broadcast add.
-        qkv = project(self.qkv, ops.reshape(x, (-1, width)), training)
-        qkv = ops.reshape(qkv, (-1, shape[1], 3, self.num_heads, self.head_dim))
-        explicit = return_attention_scores or (training and self.dropout_rate > 0)
-        if explicit or keras.backend.backend() == "tensorflow":
-            # TensorFlow: Keras's dot_product_attention is two einsums token-first, with the
-            # scale on the (tokens x tokens) logits; heads-first with the scale on q measured
-            # 10-15% faster per block on CPU (docs/benchmarks.md).
-            context, probs = self._explicit_attention(qkv, training, return_attention_scores)
+        if self._heads_first_projections(x, training, return_attention_scores):
+            q, k, v = self._heads_first_qkv(x)
+            context, probs = self._explicit_attention(q, k, v, training, False)
         else:
-            q, k, v = ops.unstack(qkv, axis=2)  # (batch, tokens, heads, head_dim) each
-            context, probs = _fused_attention(q, k, v, training), None
-        out = ops.reshape(project(self.out, ops.reshape(context, (-1, width)), training), shape)
+            # Rank-2 projections: TensorFlow's graph optimizer fuses MatMul + bias (oneDNN) only
+            # for rank-2 matmuls; a rank-3 Dense runs as Tensordot + a separate broadcast add.
+            qkv = project(self.qkv, ops.reshape(x, (-1, width)), training)
+            qkv = ops.reshape(qkv, (-1, shape[1], 3, self.num_heads, self.head_dim))
+            explicit = return_attention_scores or (training and self.dropout_rate > 0)
+            if explicit or keras.backend.backend() == "tensorflow":
+                # TensorFlow: Keras's dot_product_attention is two einsums token-first, with the
+                # scale on the (tokens x tokens) logits; heads-first with the scale on q measured
+                # 10-15% faster per block on CPU (docs/benchmarks.md).
+                q, k, v = ops.unstack(ops.transpose(qkv, (2, 0, 3, 1, 4)), axis=0)  # (batch, heads, tokens, head_dim)
+                q = q * ops.cast(self.head_dim**-0.5, q.dtype)
+                context, probs = self._explicit_attention(q, k, v, training, return_attention_scores)
+            else:
+                q, k, v = ops.unstack(qkv, axis=2)  # (batch, tokens, heads, head_dim) each
+                context, probs = _fused_attention(q, k, v, training), None
+        out = ops.reshape(project_tokens(self.out, ops.reshape(context, (-1, width)), training), shape)
         return (out, probs) if return_attention_scores else out
 
-    def _explicit_attention(self, qkv, training, return_probs):
-        """(context (batch, tokens, heads, head_dim), probabilities) from the fused qkv; the
-        probabilities are float32 when `return_probs`."""
-        q, k, v = ops.unstack(ops.transpose(qkv, (2, 0, 3, 1, 4)), axis=0)  # (batch, heads, tokens, head_dim)
-        logits = ops.einsum("bhqd,bhkd->bhqk", q * ops.cast(self.head_dim**-0.5, q.dtype), k)
+    def _heads_first_projections(self, x, training, return_probs):
+        """Whether q, k and v come from `_heads_first_qkv`: in a frozen half-precision TensorFlow
+        graph (`frozen_graph.tracing()`), for inference without returned probabilities."""
+        return (
+            frozen_graph.tracing()
+            and keras.backend.backend() == "tensorflow"
+            and not training
+            and not return_probs
+            and is_half(x.dtype)
+            and len(x.shape) == 3
+            and self.qkv.quantization_mode is None
+        )
+
+    def _heads_first_qkv(self, x):
+        """q (scaled), k and v `(batch, heads, tokens, head_dim)` of tokens `x`, each as one batch
+        matmul of `(batch, 1, tokens, D)` by the heads' `(1, heads, D, head_dim)` weights with its
+        bias, which TensorFlow fuses into the matmul. This skips the transpose of the fused
+        `(tokens, 3D)` projection to heads-first (ViT-S/16, 2 AMX Xeon cores: 5-7% of a bf16
+        batch of 32 or 1); as batch matmuls the projections run on all threads where a rank-2
+        MatMul that fits the L2 cache runs on one (`projection.project_tokens`). The weights are
+        re-laid out and the query's scale folded into them on constants, which TensorFlow's
+        optimizer folds once. The numbers are those of the fused projection where the scale is
+        a power of two (head_dim 4, 16, 64, 256); otherwise q's weights are rounded once more."""
+        dtype, heads, head_dim = x.dtype, self.num_heads, self.head_dim
+        kernel = ops.reshape(ops.cast(self.qkv.kernel, dtype), (-1, 3, heads, head_dim))
+        wq, wk, wv = ops.unstack(ops.transpose(kernel, (1, 2, 0, 3)), axis=0)  # (heads, D, head_dim) each
+        scale = ops.cast(head_dim**-0.5, dtype)
+        tokens = ops.expand_dims(x, 1)
+        q, k, v = (ops.matmul(tokens, ops.expand_dims(w, 0)) for w in (wq * scale, wk, wv))
+        if self.use_bias:  # (1, heads, 1, head_dim) each
+            bq, bk, bv = ops.unstack(ops.reshape(ops.cast(self.qkv.bias, dtype), (3, 1, heads, 1, head_dim)), axis=0)
+            q, k, v = q + bq * scale, k + bk, v + bv
+        return q, k, v
+
+    def _explicit_attention(self, q, k, v, training, return_probs):
+        """(context (batch, tokens, heads, head_dim), probabilities) of heads-first q (scaled), k
+        and v; the probabilities are float32 when `return_probs`."""
+        logits = ops.einsum("bhqd,bhkd->bhqk", q, k)
         # Softmax in float32 for fp16/bf16 safety, except in bfloat16 on TensorFlow when the
         # probabilities stay inside and TensorFlow's bf16 softmax kernel equals the float32 one
         # rounded to bf16 (bit for bit on AVX-512 CPUs; checked once per process), which is what
