@@ -43,11 +43,10 @@ class Profiler:
         return _guarded(_in_process, measure, case.get("steps_per_repeat", 1))
 
     def keras_rows(self, case, rows):
-        """Adds its profile to each row of `rows` that is not timm's and has none."""
+        """Adds its profile to each row of `rows` that is not timm's."""
         for row in rows:
-            if row["implementation"] != "timm" and "kernels" not in row:
+            if row["implementation"] != "timm":
                 row["kernels"] = _guarded(_in_subprocess, self.kind, case, row, self.threads)
-        return rows
 
 
 def profiled(rows, measures, case, profile):

@@ -86,13 +86,11 @@ class MultiHeadSelfAttention(keras.layers.Layer):
 
     def _heads_first_projections(self, x, training, return_probs):
         """Whether q, k and v come from `_heads_first_qkv`: in a frozen half-precision TensorFlow
-        graph (`frozen_graph.tracing()`), for inference without returned probabilities."""
+        graph (`frozen_graph.half_inference`), without returned probabilities."""
         return (
-            frozen_graph.tracing()
+            frozen_graph.half_inference(x, training)
             and keras.backend.backend() == "tensorflow"
-            and not training
             and not return_probs
-            and is_half(x.dtype)
             and len(x.shape) == 3
             and self.qkv.quantization_mode is None
         )
@@ -101,9 +99,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         """q (scaled), k and v `(batch, heads, tokens, head_dim)` of tokens `x`, each as one batch
         matmul of `(batch, 1, tokens, D)` by the heads' `(1, heads, D, head_dim)` weights with its
         bias, which TensorFlow fuses into the matmul. This skips the transpose of the fused
-        `(tokens, 3D)` projection to heads-first (ViT-S/16, 2 AMX Xeon cores: 5-7% of a bf16
-        batch of 32 or 1); as batch matmuls the projections run on all threads where a rank-2
-        MatMul that fits the L2 cache runs on one (`projection.project_tokens`). The weights are
+        `(tokens, 3D)` projection to heads-first, and as batch matmuls the projections run on
+        all threads where a rank-2 MatMul that fits the L2 cache runs on one
+        (`projection.project_tokens`); ViT-S/16 bf16 on 2 AMX Xeon cores: 0.5-7% of a batch of
+        32, 3-13% of a batch of 1 (docs/benchmarks.md). The weights are
         re-laid out and the query's scale folded into them on constants, which TensorFlow's
         optimizer folds once. The numbers are those of the fused projection where the scale is
         a power of two (head_dim 4, 16, 64, 256); otherwise q's weights are rounded once more."""

@@ -7,12 +7,20 @@ included, the layers keep their plain ops."""
 import contextlib
 import contextvars
 
+from keras_vit.dtypes import is_half
+
 _TRACING = contextvars.ContextVar("keras_vit_frozen_graph", default=False)
 
 
 def tracing():
     """True while `traced()` is active in this thread."""
     return _TRACING.get()
+
+
+def half_inference(x, training):
+    """Whether a layer called on `x` traces its frozen form: inside `traced()`, for inference,
+    with `x` in float16 or bfloat16."""
+    return tracing() and not training and is_half(x.dtype)
 
 
 @contextlib.contextmanager

@@ -49,9 +49,7 @@ class LayerNormalization(keras.layers.LayerNormalization):
             gamma, beta = (ops.cast(w, "float32") for w in (self.gamma, self.beta))
             return ops.cast(tf_kernels.layer_norm(inputs, gamma, beta, self.epsilon), self.compute_dtype)
         if (
-            frozen_graph.tracing()
-            and not training
-            and is_half(inputs.dtype)
+            frozen_graph.half_inference(inputs, training)
             and len(inputs.shape) in (2, 3)
             and self._affine_over_last_axis(inputs)
         ):

@@ -4,7 +4,6 @@ and the attention's Dense layers in a frozen half-precision graph."""
 import keras
 from keras import ops
 
-from keras_vit.dtypes import is_half
 from keras_vit.layers import frozen_graph
 
 
@@ -21,20 +20,14 @@ def project(layer, x, training):
 
 def project_tokens(layer, x, training):
     """`project` for the attention's output Dense on rank-2 tokens. In a frozen half-precision
-    graph (`frozen_graph.tracing()`) it is a batch matmul of one matrix plus the bias, the same
+    graph (`frozen_graph.half_inference`) it is a batch matmul of one matrix plus the bias, the same
     numbers bit for bit: TensorFlow runs a MatMul whose operands fit in the L2 cache on one
     thread (its oneDNN integration's heuristic: 2 bytes x (m n + k (m + n)) under the L2 size),
     which at ViT-S/16 batch 1 is every projection, and a BatchMatMul on all threads (ViT-S/16
     and B/16 batch 1 on 2 AMX Xeon cores: 3-8% of the batch with q/k/v as batch matmuls too,
     nothing at batch 32; docs/benchmarks.md). The MLP keeps its MatMul, into which oneDNN fuses
     the bias and the GELU. Quantized layers (`quantize`) keep their own call."""
-    if not (
-        frozen_graph.tracing()
-        and not training
-        and is_half(x.dtype)
-        and len(x.shape) == 2
-        and layer.quantization_mode is None
-    ):
+    if not (frozen_graph.half_inference(x, training) and len(x.shape) == 2 and layer.quantization_mode is None):
         return project(layer, x, training)
     kernel = ops.cast(layer.kernel, x.dtype)
     y = ops.squeeze(ops.matmul(ops.expand_dims(x, 0), ops.expand_dims(kernel, 0)), 0)
