@@ -63,7 +63,7 @@ def _stateless_forward(model, batch):
     """`jax.jit` of `model.stateless_call` with the weights as arguments: how a JAX program
     serves a Keras model, the logits left on the device. `predict_on_batch` adds a walk over the
     weights and the logits' copy to the host (keras-hub's, Keras's own, also a read and a write
-    back of every variable: 2.0-2.7 ms per call on the H100 machine's host; docs/benchmarks.md)."""
+    back of every variable: 2.0-2.7 ms per call on the H100 machine's host; docs/performance.md)."""
     import keras
 
     if keras.backend.backend() != "jax":

@@ -12,7 +12,7 @@ def freeze(model):
     (tensor or array) of any size; it can be called inside a `tf.function` and saved in a
     SavedModel. On an AMX CPU oneDNN lays constant weights out once for its AMX kernels; on AMD
     CPUs ViT-S/16 and B/16 ran 3-5% faster in float32 and 3-11% in mixed_bfloat16 than the
-    model's `tf.function`, with the same outputs (docs/benchmarks.md).
+    model's `tf.function`, with the same outputs (docs/performance.md).
 
     Raises ExportError for models with several inputs or weights over the 2 GiB graph limit
     (ViT-H/14 in float32).

@@ -25,7 +25,7 @@ CALIBRATED = tuple(IO_TYPES)  # the modes with quantised activations (and input/
 # single-threaded: S/16 batch 1, 2 threads, 24-25 ms as int8, 16-17 ms with those three in
 # float32. Taking the rest of the normalisations (LayerNorm's MEAN, SUB, MUL and epsilon ADD,
 # the input scaling, attention's query scaling) to float32 too took another 4-6% off
-# (8.6 against 9.1 ms on Zen 5; docs/benchmarks.md). Matmuls, the patch convolution and the
+# (8.6 against 9.1 ms on Zen 5; docs/performance.md). Matmuls, the patch convolution and the
 # residual adds stay int8.
 MIXED_FLOAT_OPS = ("SOFTMAX", "GELU", "RSQRT", "MEAN", "SUB", "MUL")
 

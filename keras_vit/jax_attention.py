@@ -5,7 +5,7 @@ falls back to XLA's attention, which writes the (tokens x tokens) probabilities 
 tokens are padded by one and cuDNN is given the true lengths (its padding mask); the pad's query
 row is dropped after. A boolean key mask would reach cuDNN as a bias instead, whose forward and
 backward ran slower: ViT-B/16 bf16 `fit` at batch 256 on an H200, 3,233 against 3,392 images/s
-(docs/benchmarks.md). Imported only on the JAX backend.
+(docs/performance.md). Imported only on the JAX backend.
 """
 
 import jax

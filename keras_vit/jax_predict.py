@@ -3,7 +3,7 @@
 Keras's JAX `predict_on_batch` walks the model for its trainable and non-trainable variables,
 donates their values to the compiled step and assigns every one back afterwards. For a 12-block
 ViT that is about 1 ms per call on 2 Zen 4 cores and 2.0-2.7 ms on an H100 machine's host: a
-fifth to a quarter of a ViT-S/16 bf16 batch of 256 on that GPU (docs/benchmarks.md). `StatelessPredict`
+fifth to a quarter of a ViT-S/16 bf16 batch of 256 on that GPU (docs/performance.md). `StatelessPredict`
 runs `jax.jit` of the model's `call` in a `keras.StatelessScope` with the weights' values as
 arguments: nothing is donated or written back, so a call costs one walk over the weights.
 """

@@ -6,7 +6,7 @@ import platform
 # TensorFlow 2.21 turns its oneDNN kernels on by itself only on x86 CPUs with AVX-512-class
 # features; on an AVX2-only CPU (2 AMD Zen 3 cores) it left them off, and keras_vit ran on
 # Eigen's kernels: ViT-S/16 inference 1.14-1.75x and ViT-Ti/16 `fit` 1.27-1.44x slower than
-# with oneDNN on (docs/benchmarks.md).
+# with oneDNN on (docs/performance.md).
 
 
 def prefer_onednn():

@@ -6,7 +6,7 @@ softmax's gradient (one XLA kernel).
 In TensorFlow's graph mode (how `fit` trains on a CPU, see docs/training.md) these run one Eigen
 kernel per op otherwise: about ten passes over fc1's output for the GELU and its gradient, and
 more for a LayerNorm's. ViT-Ti/16's GELU on (6304, 768) bf16 activations took 17-20 ms a block
-that way and 8.3 ms as two XLA kernels (2 Zen 4 cores; docs/benchmarks.md). Each computes in
+that way and 8.3 ms as two XLA kernels (2 Zen 4 cores; docs/performance.md). Each computes in
 float32 and returns its input's dtype. Inference keeps Keras's ops: TensorFlow's graph optimizer
 fuses the GELU into fc1's oneDNN kernel, and exports need the plain ops. Imported only on the
 TensorFlow backend.
@@ -72,7 +72,7 @@ def _bias_add_fuses(x):
     bfloat16 on a CPU with AMX-BF16: TensorFlow gives that fused op on variable weights to
     oneDNN's `gemm:jit` inner product, which leaves the AMX tiles unused, where a plain MatMul
     runs oneDNN's AMX `brg_matmul` (ViT-Ti/16 bf16 `fit` 1.06x on 2 AMX cores with the add as a
-    kernel of its own; without AMX the separate add took the gain back, docs/benchmarks.md)."""
+    kernel of its own; without AMX the separate add took the gain back, docs/performance.md)."""
     return x.dtype != tf.bfloat16 or "amx_bf16" not in (cpu.cpu_flags() or ())
 
 

@@ -8,7 +8,7 @@ AMX CPU (Intel Xeon, 2 cores) that kernel took 779 ms of a 1,191 ms ViT-S/16 bf1
 and never touches the AMX tiles. On constant weights TensorFlow lets oneDNN lay them out once
 for its `brgemm` AMX kernels (126 ms for fc1 and fc2, whole batch 464 ms); the mixed-precision
 weight casts are folded into bf16 constants as well, and the half-precision LayerNorms are
-traced as the subgraph that oneDNN runs as one kernel (`layer_norm`; docs/benchmarks.md).
+traced as the subgraph that oneDNN runs as one kernel (`layer_norm`; docs/performance.md).
 Imported only on the TensorFlow backend.
 """
 
@@ -168,7 +168,7 @@ def applies(model):
     """Whether `ViT.predict` and `predict_on_batch` run `FrozenPredict`: a model that computes
     in bfloat16, on a TensorFlow CPU (no GPU visible), in graph mode (not `run_eagerly`, no
     `jit_compile=True`), outside a tf.distribute strategy. float32 keeps the variables: there
-    constants bought 3-5% (docs/benchmarks.md)."""
+    constants bought 3-5% (docs/performance.md)."""
     return (
         model.dtype_policy.compute_dtype == "bfloat16"
         and not model.run_eagerly

@@ -4,7 +4,7 @@ Keras's `AdamW` updates each variable with about ten small ops (casts, powers, d
 square root, three assignments), which on a 2-core CPU cost about 7% of a ViT-Ti/16 `fit` step.
 `FusedAdamW` and `FusedSGD` do the same arithmetic in one `ResourceApplyAdam` /
 `ResourceApplyKerasMomentum` kernel per variable (+3.7% float32, +4.6% mixed_bfloat16 Ti/16
-`fit`, docs/benchmarks.md). Everything around the update (weight decay, gradient clipping and
+`fit`, docs/performance.md). Everything around the update (weight decay, gradient clipping and
 accumulation, EMA, loss scaling, tf.distribute) stays Keras's own, except that the decoupled
 weight decay is applied in the same per-variable update, just before the step, with the
 learning rate evaluated once per step (see `_DecayInUpdateStep`), and the scalars every
@@ -59,7 +59,7 @@ class _ScalarsOncePerUpdate:
     Built per variable, they would be about 15 of the 20 ops of ViT-Ti/16's traced update (3012
     ops for 152 variables, against 1104). The arithmetic is the same, but Python builds and the
     graph optimiser reads every copy before the first step: 13.7 s against 10.1 s on 2 CPU cores
-    (docs/benchmarks.md).
+    (docs/performance.md).
     """
 
     _update_scalars = None  # {(name, device, dtype): tensor} while an update is being built

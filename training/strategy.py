@@ -19,7 +19,7 @@ class Placement:
     mixed_bfloat16 than XLA, ViT-Ti/16 at par in float32 and 48% faster in mixed_bfloat16, and
     traced its first step in 6 s instead of 10 s. On 2 Zen 5 cores it stayed ahead (Ti/16 5%
     float32, bf16 29-33%, first step 5.8 s against 12.1 s) except CIFAR-size float32, 7% behind
-    (docs/benchmarks.md). On 2 AVX2-only Zen 3 cores (no bf16 instructions) graph mode was
+    (docs/performance.md). On 2 AVX2-only Zen 3 cores (no bf16 instructions) graph mode was
     0.95x XLA for Ti/16 and 1.01x for CIFAR-size in float32, but 0.62x and 0.71x in
     mixed_bfloat16: on a CPU without bfloat16 instructions (`keras_vit.cpu`),
     mixed_bfloat16 therefore prefers XLA. Keras's own `jit_compile="auto"` leaves XLA off on

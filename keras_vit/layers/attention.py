@@ -74,7 +74,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             if explicit or keras.backend.backend() == "tensorflow":
                 # TensorFlow: Keras's dot_product_attention is two einsums token-first, with the
                 # scale on the (tokens x tokens) logits; heads-first with the scale on q measured
-                # 10-15% faster per block on CPU (docs/benchmarks.md).
+                # 10-15% faster per block on CPU (docs/performance.md).
                 q, k, v = ops.unstack(ops.transpose(qkv, (2, 0, 3, 1, 4)), axis=0)  # (batch, heads, tokens, head_dim)
                 q = q * ops.cast(self.head_dim**-0.5, q.dtype)
                 context, probs = self._explicit_attention(q, k, v, training, return_attention_scores)
@@ -102,7 +102,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         `(tokens, 3D)` projection to heads-first, and as batch matmuls the projections run on
         all threads where a rank-2 MatMul that fits the L2 cache runs on one
         (`projection.project_tokens`); ViT-S/16 bf16 on 2 AMX Xeon cores: 0.5-7% of a batch of
-        32, 3-13% of a batch of 1 (docs/benchmarks.md). The weights are
+        32, 3-13% of a batch of 1 (docs/performance.md). The weights are
         re-laid out and the query's scale folded into them on constants, which TensorFlow's
         optimizer folds once. The numbers are those of the fused projection where the scale is
         a power of two (head_dim 4, 16, 64, 256); otherwise q's weights are rounded once more."""
@@ -125,7 +125,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         # probabilities stay inside and TensorFlow's bf16 softmax kernel equals the float32 one
         # rounded to bf16 (bit for bit on AVX-512 CPUs; checked once per process), which is what
         # the product with v reads: there the two casts only cost time (inference: S/16 +3%,
-        # B/16 +2%; training also computes the gradient in float32, docs/benchmarks.md).
+        # B/16 +2%; training also computes the gradient in float32, docs/performance.md).
         if return_probs or not self._bf16_softmax_without_casts:
             probs = ops.softmax(ops.cast(logits, "float32"), axis=-1)
         elif training:  # its gradient in float32 as one XLA kernel, without casts around it
@@ -137,7 +137,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         # A batched matmul, then the swap to token-first: TensorFlow's graph optimizer turns the
         # einsum above into a batch matmul but left this one (token-first output) an einsum,
         # whose gradients ran ~35% slower than batch matmuls on CPU. `fit`: +0-5% (Ti/16 and
-        # CIFAR-size, docs/benchmarks.md).
+        # CIFAR-size, docs/performance.md).
         context = ops.matmul(ops.cast(self.dropout(probs, training=training), v.dtype), v)
         return ops.swapaxes(context, 1, 2), probs
 
@@ -169,7 +169,7 @@ _BF16_SOFTMAX_EXACT = []  # the answer of _bf16_softmax_is_float32_rounded, once
 def _bf16_softmax_is_float32_rounded():
     """Whether the backend's bfloat16 softmax gives the float32 softmax rounded to bf16, on 16
     rows of 197 logits: True with TensorFlow on AVX-512 CPUs; False on AVX2-only ones, whose
-    Eigen kernel differed in about half the values by 1-2 bf16 steps (docs/benchmarks.md).
+    Eigen kernel differed in about half the values by 1-2 bf16 steps (docs/performance.md).
     False, and not remembered, where the ops cannot run eagerly (inside a trace)."""
     if not _BF16_SOFTMAX_EXACT:
         logits = ops.cast(np.random.default_rng(0).standard_normal((16, 197)).astype("float32") * 4, "bfloat16")

@@ -30,7 +30,7 @@ class LayerNormalization(keras.layers.LayerNormalization):
     cannot convert; on TensorFlow, where models are exported, centring first maps onto
     quantisable builtin ops only. On JAX and PyTorch the layer runs Keras's kernel (PyTorch's
     fused `layer_norm`; on JAX XLA's reduction fusions, which ran ViT-S/16 bfloat16 inference
-    7% faster than the centred form's on an H200, docs/benchmarks.md); in a frozen TensorFlow graph
+    7% faster than the centred form's on an H200, docs/performance.md); in a frozen TensorFlow graph
     (`keras_vit.tf_predict`) oneDNN's LayerNorm kernel. Half-precision inputs
     are normalised in float32 either way. The class keeps Keras's name so `.keras` files store
     its weights under the same key.

@@ -58,7 +58,7 @@ class MLP(keras.layers.Layer):
         # costs a second polynomial branch and an exp: TF's bfloat16 erfc kernel ran ~6x
         # slower than erf's (Ti/16 fc1 output, 2 CPU cores; mixed_bfloat16 `fit` +15%), and
         # on an H100 under JAX the erfc fusion took 0.49 ms of a 2.3 ms ViT-B/16 block
-        # (batch 256, bf16 inference). Numbers in docs/benchmarks.md.
+        # (batch 256, bf16 inference). Numbers in docs/performance.md.
         return x * normal_cdf(x)
 
     def compute_output_shape(self, input_shape):

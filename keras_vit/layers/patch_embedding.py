@@ -48,7 +48,7 @@ class PatchEmbedding(keras.layers.Layer):
         against 6 ms for the matmul's forward and gradient. `fit` on JAX on the H100 ran 1-3%
         slower with it, float32 `fit` and inference on TensorFlow tied (LiteRT exports keep one
         CONV_2D), and torch's CPU convolution was faster; those keep the Conv2D
-        (docs/benchmarks.md)."""
+        (docs/performance.md)."""
         backend = keras.backend.backend()
         if backend == "jax":
             return not training

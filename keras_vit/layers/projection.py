@@ -25,7 +25,7 @@ def project_tokens(layer, x, training):
     thread (its oneDNN integration's heuristic: 2 bytes x (m n + k (m + n)) under the L2 size),
     which at ViT-S/16 batch 1 is every projection, and a BatchMatMul on all threads (ViT-S/16
     and B/16 batch 1 on 2 AMX Xeon cores: 3-8% of the batch with q/k/v as batch matmuls too,
-    nothing at batch 32; docs/benchmarks.md). The MLP keeps its MatMul, into which oneDNN fuses
+    nothing at batch 32; docs/performance.md). The MLP keeps its MatMul, into which oneDNN fuses
     the bias and the GELU. Quantized layers (`quantize`) keep their own call."""
     if not (frozen_graph.half_inference(x, training) and len(x.shape) == 2 and layer.quantization_mode is None):
         return project(layer, x, training)
