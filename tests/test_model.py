@@ -584,6 +584,28 @@ def test_tensorflow_bf16_predict_runs_on_bf16_weight_constants_that_follow_the_w
 
 
 @pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="frozen graphs are TensorFlow's")
+def test_frozen_forward_without_tensorflows_private_helpers_gives_the_same_logits(monkeypatch):
+    """`frozen_forward` reads the variables as constants through TensorFlow's private helpers;
+    a TensorFlow without them takes the public `convert_variables_to_constants_v2`, to the same
+    graph and the same logits."""
+    import tensorflow as tf
+    from tensorflow.python.framework import convert_to_constants
+
+    from keras_vit import tf_predict
+
+    model = perturb(keras_vit.ViT(tiny_config(), dtype="mixed_bfloat16"))
+    x = tf.constant(images(3))
+    private = tf_predict.frozen_forward(model)
+    expected = private(x).numpy()
+    monkeypatch.delattr(convert_to_constants, "_replace_variables_by_constants")
+    public = tf_predict.frozen_forward(model)
+    np.testing.assert_array_equal(public(x).numpy(), expected)
+    kinds = [sorted(collections.Counter(n.op for n in f.graph.as_graph_def().node).items()) for f in (private, public)]
+    assert kinds[0] == kinds[1]
+    assert not np.array_equal(expected, np.zeros_like(expected))
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="frozen graphs are TensorFlow's")
 @pytest.mark.parametrize("epsilon, zero_beta", [(1e-6, False), (1e-5, False), (1e-6, True)])
 def test_frozen_graph_layer_norm_runs_as_one_onednn_kernel_with_the_layers_epsilon(epsilon, zero_beta):
     """In a frozen graph a bf16 LayerNorm is the subgraph TensorFlow's oneDNN rewrite replaces by
