@@ -88,6 +88,57 @@ def test_pipeline_is_deterministic_and_shapes(tmp_path):
     assert images.shape == (4, 16, 16, 3)
 
 
+def test_multi_worker_input_pipelines_read_their_part_of_each_global_batch_and_decode_no_other():
+    """Each of several input pipelines (`train_pipeline(context=...)`, a multi-worker job's
+    workers) gives, as per-replica batches, exactly its replicas' part of each global batch of
+    the one-pipeline stream, from a resumed step too; it decodes about its share of the
+    examples, not all of them; each replica's batch of a step gets a mix of its own."""
+    source = datasets.digits()
+    plain = TrainConfig(seed=3)
+
+    def batches(config, context=None, start_step=0, count=6, data=source):
+        ds = pipeline.train_pipeline(data, config, (16, 16), 10, 8, start_step=start_step, context=context)
+        return [x.numpy() for x, _ in ds.take(count)]
+
+    for pipelines, replicas in ((2, 1), (2, 2), (4, 1)):
+        contexts = [tf.distribute.InputContext(pipelines, i, pipelines * replicas) for i in range(pipelines)]
+        for start_step in (0, 178):  # across the end of a pass (179 steps of 8)
+            whole = batches(plain, start_step=start_step, count=3)
+            parts = [batches(plain, c, start_step, 3 * replicas) for c in contexts]
+            assert parts[0][0].shape == (8 // (pipelines * replicas), 16, 16, 3)
+            for step, expected in enumerate(whole):
+                got = [b for part in parts for b in part[step * replicas : (step + 1) * replicas]]
+                np.testing.assert_array_equal(np.concatenate(got), expected)
+
+    decoded = []
+
+    def counted(image):
+        decoded.append(1)
+        return image
+
+    def decode(record):
+        return tf.ensure_shape(tf.py_function(counted, [record], tf.uint8), record.shape)
+
+    counting = dataclasses.replace(source, decode=decode)
+    counts = []
+    for context in (None, tf.distribute.InputContext(2, 1, 2)):
+        decoded.clear()
+        batches(plain, context, count=60, data=counting)
+        counts.append(len(decoded))
+    assert counts[1] < 0.7 * counts[0], counts  # 240 of 480 examples read, plus the read-ahead
+
+    # a multi-worker step's four replica batches (2 pipelines x 2 replicas) are batches 0-3
+    mixed = TrainConfig(seed=3, mixup=0.5)
+    contexts = [tf.distribute.InputContext(2, i, 4) for i in range(2)]
+    mixed_parts = [b for c in contexts for b in batches(mixed, c, count=2)]
+    plain_parts = [b for c in contexts for b in batches(plain, c, count=2)]
+    for number, (got, images) in enumerate(zip(mixed_parts, plain_parts)):
+        labels = tf.zeros((len(images), 10))
+        expected, _ = pipeline.mix((tf.constant(images), labels), pipeline._seed(3, number, 1), 0.5, 0.0)
+        np.testing.assert_allclose(got, expected.numpy(), rtol=1e-6, atol=1e-4)
+        assert not np.allclose(got, images)
+
+
 def test_affine_augmentation_rotates_zooms_and_shifts_about_the_centre():
     image = np.zeros((8, 8, 3), np.uint8)
     image[1:7, 3:5] = 255  # a vertical bar
@@ -864,14 +915,17 @@ def _two_workers(run_dir, patch):
 
 
 def test_multi_worker_two_local_processes_train_and_count_every_example_once(tmp_path):
-    """MultiWorkerMirroredStrategy over two local processes: the chief writes the run
-    directory, whose evaluation counts the 359 held-out examples once (as a fresh one-device
-    `evaluate` of its best.keras does); the other worker leaves nothing behind."""
+    """MultiWorkerMirroredStrategy over two local processes, each with its own input pipeline:
+    both end with the same weights; the chief writes the run directory, whose evaluation counts
+    the 359 held-out examples once (as a fresh one-device `evaluate` of its best.keras does); the
+    other worker leaves nothing behind."""
     from keras_vit.training import evaluate
 
     run_dir = tmp_path / "run"
     outputs = _two_workers(run_dir, patch=True)
     assert "WORKER-0-OK" in outputs[0] and "WORKER-1-OK" in outputs[1], [o[-1500:] for o in outputs]
+    sums = [re.findall(r"WEIGHTS (\S+)", o) for o in outputs]
+    assert sums[0] and sums[0] == sums[1], sums  # each worker read its own examples, the replicas stayed in step
     reported = json.loads((run_dir / "eval.json").read_text())
     again = evaluate(run_dir)
     assert reported["num_examples"] == again["num_examples"] == 359

@@ -55,15 +55,16 @@ class Source:
         examples = self.records.map(lambda record, label: ((record, label), tf.constant(0, tf.int64)))
         return self._decoded(examples).map(lambda image, label, _: (image, label))
 
-    def passes(self, seed, start=0):
+    def passes(self, seed, start=0, keep=None):
         """The training examples, pass after pass without end, as (uint8 image, int label,
-        position), beginning at example `start` of that stream. Each pass cuts the split as
-        stored into windows of `shuffle_buffer` records (one window: the whole split) and
-        permutes each window by a stateless seed of `seed`, the pass and the window, before
-        decoding. `position` is an example's place in the stream, for random choices that
-        depend on nothing else. Starting at `start` reads the records of its pass before it,
-        none of earlier passes; an undecodable record stepped over shifts the examples after it
-        by one."""
+        position), beginning at example `start` of that stream; with `keep` (a function of the
+        position giving a boolean tensor) only the examples it keeps, the others never decoded.
+        Each pass cuts the split as stored into windows of `shuffle_buffer` records (one window:
+        the whole split) and permutes each window by a stateless seed of `seed`, the pass and
+        the window, before decoding. `position` is an example's place in the stream, for random
+        choices that depend on nothing else. Starting at `start` reads the records of its pass
+        before it, none of earlier passes; an undecodable record stepped over shifts the
+        examples after it by one."""
         if self.num_train == 0:
             raise ValueError("the training split has no examples.")
         window = min(self.shuffle_buffer or self.num_train, self.num_train)
@@ -91,7 +92,10 @@ class Source:
         first_window, offset = divmod(offset, window)
         stream = one_pass(tf.constant(first, tf.int64), first_window).skip(offset)
         stream = stream.concatenate(tf.data.Dataset.range(first + 1, _FOREVER).flat_map(one_pass))
-        return self._decoded(tf.data.Dataset.zip(stream, tf.data.Dataset.range(start, _FOREVER)))
+        stream = tf.data.Dataset.zip(stream, tf.data.Dataset.range(start, _FOREVER))
+        if keep is not None:
+            stream = stream.filter(lambda example, position: keep(position))
+        return self._decoded(stream)
 
     def _decoded(self, ds):
         """((record, label), position) -> (image, label, position)."""

@@ -12,13 +12,26 @@ import tensorflow as tf
 AUTOTUNE = tf.data.AUTOTUNE
 
 
-def train_pipeline(source, config, image_size, num_classes, global_batch, start_step=0):
+def train_pipeline(source, config, image_size, num_classes, global_batch, start_step=0, context=None):
     """Batches of (float32 pixels in [0, 255], one-hot labels) from `source` (a
     `datasets.Source`), without end, beginning at step `start_step` of the run: a run resumed
     there reads the batches it would have read. Each example's random choices are drawn from
-    `config.seed` and its place in the stream, each batch's mix from its step (`--randaugment`
-    draws from a generator that starts afresh)."""
-    ds = source.passes(config.seed, start_step * global_batch)
+    `config.seed` and its place in the stream, each batch's mix from its number (the step,
+    where one pipeline feeds all replicas; `--randaugment` draws from a generator that starts
+    afresh).
+
+    `context`: the `tf.distribute.InputContext` of one of several input pipelines (a
+    multi-worker job's workers, `strategy.distribute_datasets_from_function`). That pipeline
+    then reads its own part of each global batch (the contiguous part its replicas take when
+    one pipeline feeds them all) as per-replica batches, and never decodes the other pipelines'
+    examples."""
+    pipelines, index, replicas = 1, 0, 1
+    if context is not None:
+        pipelines, index = context.num_input_pipelines, context.input_pipeline_id
+        replicas = context.num_replicas_in_sync // pipelines
+    share = global_batch // pipelines
+    keep = None if pipelines == 1 else (lambda position: position % global_batch // share == index)
+    ds = source.passes(config.seed, start_step * global_batch, keep)
 
     def augment(image, label, position):
         seed = _seed(config.seed, position, 0)
@@ -41,11 +54,15 @@ def train_pipeline(source, config, image_size, num_classes, global_batch, start_
             value_range=(0, 255), num_ops=2, factor=config.randaugment, seed=config.seed
         )
         ds = ds.map(lambda x, y: (rand_augment(x, training=True), y), num_parallel_calls=AUTOTUNE)
-    ds = ds.batch(global_batch, drop_remainder=True)
+    ds = ds.batch(share // replicas, drop_remainder=True)
     if config.mixup > 0 or config.cutmix > 0:
-        steps = tf.data.Dataset.range(start_step, np.iinfo(np.int64).max)
-        ds = tf.data.Dataset.zip((ds, steps)).map(
-            lambda b, step: mix(b, _seed(config.seed, step, 1), config.mixup, config.cutmix),
+        # The k-th batch here is replica `index * replicas + k % replicas` of step
+        # `start_step + k // replicas`; numbered across all pipelines' batches, so none share a mix.
+        numbers = tf.data.Dataset.range(np.iinfo(np.int64).max).map(
+            lambda k: (start_step + k // replicas) * pipelines * replicas + index * replicas + k % replicas
+        )
+        ds = tf.data.Dataset.zip((ds, numbers)).map(
+            lambda b, number: mix(b, _seed(config.seed, number, 1), config.mixup, config.cutmix),
             num_parallel_calls=AUTOTUNE,
         )
     return ds.prefetch(AUTOTUNE)

@@ -150,9 +150,16 @@ def fit(config, overwrite=False, verbose=None):
     def train_epochs(first_epoch, first_step, *more):
         resume.first_step = nan.first_step = first_step
         start = first_epoch * steps_per_epoch + first_step
+
+        def batches(context=None):
+            return pipeline.train_pipeline(source, c, size, num_classes, global_batch, start, context)
+
+        # The workers of a multi-worker job each decode only their own examples; given one
+        # dataset, tf.distribute would run the whole pipeline on every worker and keep a part.
+        data = placement.strategy.distribute_datasets_from_function(batches) if multi_worker_job else batches()
         # shuffle=False: the pipeline shuffles itself (Keras warns that it ignores shuffle=True).
         model.fit(
-            pipeline.train_pipeline(source, c, size, num_classes, global_batch, start),
+            data,
             epochs=epochs,
             initial_epoch=first_epoch,
             steps_per_epoch=steps_per_epoch - first_step,
