@@ -94,17 +94,17 @@ def test_multi_worker_input_pipelines_read_their_part_of_each_global_batch_and_d
     the one-pipeline stream, from a resumed step too; it decodes about its share of the
     examples, not all of them; each replica's batch of a step gets a mix of its own."""
     source = datasets.digits()
-    plain = TrainConfig(seed=3)
+    plain, randaugmented = TrainConfig(seed=3), TrainConfig(seed=3, randaugment=0.5)
 
     def batches(config, context=None, start_step=0, count=6, data=source):
         ds = pipeline.train_pipeline(data, config, (16, 16), 10, 8, start_step=start_step, context=context)
         return [x.numpy() for x, _ in ds.take(count)]
 
-    for pipelines, replicas in ((2, 1), (2, 2), (4, 1)):
+    for pipelines, replicas, config in ((2, 1, plain), (2, 2, plain), (4, 1, plain), (2, 1, randaugmented)):
         contexts = [tf.distribute.InputContext(pipelines, i, pipelines * replicas) for i in range(pipelines)]
         for start_step in (0, 178):  # across the end of a pass (179 steps of 8)
-            whole = batches(plain, start_step=start_step, count=3)
-            parts = [batches(plain, c, start_step, 3 * replicas) for c in contexts]
+            whole = batches(config, start_step=start_step, count=3)
+            parts = [batches(config, c, start_step, 3 * replicas) for c in contexts]
             assert parts[0][0].shape == (8 // (pipelines * replicas), 16, 16, 3)
             for step, expected in enumerate(whole):
                 got = [b for part in parts for b in part[step * replicas : (step + 1) * replicas]]

@@ -9,6 +9,8 @@ the uninterrupted run would have.
 import numpy as np
 import tensorflow as tf
 
+from . import randaugment
+
 AUTOTUNE = tf.data.AUTOTUNE
 
 
@@ -17,8 +19,7 @@ def train_pipeline(source, config, image_size, num_classes, global_batch, start_
     `datasets.Source`), without end, beginning at step `start_step` of the run: a run resumed
     there reads the batches it would have read. Each example's random choices are drawn from
     `config.seed` and its place in the stream, each batch's mix from its number (the step,
-    where one pipeline feeds all replicas; `--randaugment` draws from a generator that starts
-    afresh).
+    where one pipeline feeds all replicas).
 
     `context`: the `tf.distribute.InputContext` of one of several input pipelines (a
     multi-worker job's workers, `strategy.distribute_datasets_from_function`). That pipeline
@@ -44,16 +45,11 @@ def train_pipeline(source, config, image_size, num_classes, global_batch, start_
         if config.flip:
             image = tf.image.stateless_random_flip_left_right(image, seed + 1)
         image = tf.ensure_shape(image, [image_size[0], image_size[1], 3])
+        if config.randaugment:
+            image = randaugment.rand_augment(image, config.randaugment, _seed(config.seed, position, 2))
         return image, tf.one_hot(label, num_classes)
 
     ds = ds.map(augment, num_parallel_calls=AUTOTUNE, deterministic=True)
-    if config.randaugment:
-        import keras
-
-        rand_augment = keras.layers.RandAugment(
-            value_range=(0, 255), num_ops=2, factor=config.randaugment, seed=config.seed
-        )
-        ds = ds.map(lambda x, y: (rand_augment(x, training=True), y), num_parallel_calls=AUTOTUNE)
     ds = ds.batch(share // replicas, drop_remainder=True)
     if config.mixup > 0 or config.cutmix > 0:
         # The k-th batch here is replica `index * replicas + k % replicas` of step
@@ -70,7 +66,8 @@ def train_pipeline(source, config, image_size, num_classes, global_batch, start_
 
 def _seed(seed, position, purpose):
     """The stateless seed of the example or batch at `position` of a run seeded `seed`, for
-    `purpose` (0: an example's augmentation, 1: a batch's mix): no two share one."""
+    `purpose` (0: an example's augmentation, 1: a batch's mix, 2: an example's RandAugment):
+    no two share one."""
     key = tf.stack([tf.constant(seed, tf.int64), tf.cast(position, tf.int64)])
     return tf.cast(tf.random.experimental.stateless_fold_in(key, purpose), tf.int32)
 
@@ -140,14 +137,7 @@ def affine(image, size, seed, rotation=0.2, scale=0.1, shear=0.15, shift=0.125):
     b0, b1 = -sin, cos
     ox, oy = cx + tx, cy + ty
     transform = tf.stack([a0, a1, cx - a0 * ox - a1 * oy, b0, b1, cy - b0 * ox - b1 * oy, 0.0, 0.0])
-    return tf.raw_ops.ImageProjectiveTransformV3(
-        images=image[None],
-        transforms=transform[None],
-        output_shape=tf.constant(size, tf.int32),
-        fill_value=0.0,
-        interpolation="BILINEAR",
-        fill_mode="CONSTANT",
-    )[0]
+    return randaugment.warp(image, transform, 0.0)
 
 
 def mix(batch, seed, mixup_alpha, cutmix_alpha):
