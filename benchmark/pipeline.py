@@ -43,9 +43,10 @@ def plant_corrupt_files(folder, count, seed=0):
 
 
 def run_case(case, against, repeats, log):
-    """Images/s of the training pipeline (inception crop + flip at the case's image size). With
-    `corrupt`: also seconds from listing the folder to the first batch, fresh and with the
-    folder's index of readable files already written, and the corrupt files planted / found."""
+    """Images/s of the training pipeline (inception crop + flip at the case's image size, then
+    RandAugment at the case's `randaugment` strength where it has one). With `corrupt`: also
+    seconds from listing the folder to the first batch, fresh and with the folder's index of
+    readable files already written, and the corrupt files planted / found."""
     from keras_vit.training import datasets, pipeline
     from keras_vit.training.config import TrainConfig
 
@@ -54,7 +55,7 @@ def run_case(case, against, repeats, log):
     with tempfile.TemporaryDirectory() as folder:
         write_jpeg_folder(folder, case["files"])
         plant_corrupt_files(folder, planted)
-        config = TrainConfig(dataset=folder).resolved()
+        config = TrainConfig(dataset=folder, randaugment=case.get("randaugment")).resolved()
         first = []
         for _ in range(2 if planted else 1):  # fresh, then with the index the first run wrote
             start = time.perf_counter()

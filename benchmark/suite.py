@@ -95,6 +95,15 @@ SUITES = {
                 trains="Ti/16 training b32",
             ),
             dict(
+                name="pipeline 224 b32 RandAugment",
+                image_size=(224, 224),
+                batch=32,
+                files=256,
+                batches_per_repeat=4,
+                randaugment=0.5,
+                trains="Ti/16 training b32",
+            ),
+            dict(
                 name="pipeline 32x32 b128",
                 image_size=(32, 32),
                 batch=128,
