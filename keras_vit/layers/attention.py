@@ -71,7 +71,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             qkv = project(self.qkv, ops.reshape(x, (-1, width)), training)
             qkv = ops.reshape(qkv, (-1, shape[1], 3, self.num_heads, self.head_dim))
             explicit = return_attention_scores or (training and self.dropout_rate > 0)
-            if explicit or keras.backend.backend() == "tensorflow":
+            if explicit or keras.backend.backend() == "tensorflow" or _float16_on_jax_cpu(x):
                 # TensorFlow: Keras's dot_product_attention is two einsums token-first, with the
                 # scale on the (tokens x tokens) logits; heads-first with the scale on q measured
                 # 10-15% faster per block on CPU (docs/performance.md).
@@ -183,6 +183,13 @@ def _bf16_softmax_is_float32_rounded():
             return False
         _BF16_SOFTMAX_EXACT.append(bool(np.array_equal(direct, rounded)))
     return _BF16_SOFTMAX_EXACT[0]
+
+
+def _float16_on_jax_cpu(x):
+    """Whether this is float16 on a JAX CPU, where Keras's attention (float32 logits of float16
+    q and k) fails to compile: XLA:CPU has no float16 x float16 -> float32 dot
+    (`F16_F16_F32 is not supported by dot_general on CPU`); the explicit attention's are float16."""
+    return x.dtype == "float16" and keras.backend.backend() == "jax" and not _on_jax_gpu()
 
 
 @functools.cache
