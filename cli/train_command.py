@@ -91,7 +91,10 @@ _FLAGS = {
         ),
     ),
     "--label-smoothing": ("label_smoothing", dict(type=float, help="in [0, 1) (default 0; digits 0.1)")),
-    "--randaugment": ("randaugment", dict(type=float, help="RandAugment strength in (0, 1] (off by default)")),
+    "--randaugment": (
+        "randaugment",
+        dict(type=float, help="RandAugment: 2 of 14 operations per image at this strength in (0, 1] (off by default)"),
+    ),
     "--ema": (
         "ema",
         dict(type=float, help="keep an exponential moving average of the weights with this momentum (e.g. 0.999)"),

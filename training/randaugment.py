@@ -8,8 +8,9 @@ its centre and fill what they uncover with grey (128), as the reference implemen
 
 `strength` s in (0, 1] sets every operation at s of its largest change: rotation by 30 degrees,
 shear by 0.3, translation by 0.45 of the side, colour / contrast / brightness / sharpness
-factors 1 +- 0.9, solarizing above 256 (1 - s), posterizing to 8 - 4s bits. The direction of the
-signed ones (rotation, shear, translation, the enhancement factors) is drawn per operation.
+factors 1 +- 0.9, solarizing from 256 (1 - s) up, posterizing to 8 - round(4s) bits. The
+direction of the signed ones (rotation, shear, translation, the enhancement factors) is drawn
+per operation.
 """
 
 import math
