@@ -133,6 +133,13 @@ def load(config):
     path = Path(config.dataset)
     if config.dataset.strip() and path.is_dir():  # Path("") is the working directory
         return folder(path, fraction, config.seed, config.selection_fraction)
+    if path.is_file():
+        raise ValueError(f"dataset {config.dataset!r} is a file; an image folder holds one sub-folder per class.")
+    if "/" in config.dataset or os.sep in config.dataset:
+        raise ValueError(
+            f"no folder {config.dataset!r}: a dataset is 'digits', 'tfds:NAME' or an image folder "
+            "(one sub-folder per class)."
+        )
     raise ValueError(
         f"unknown dataset {config.dataset!r}: use 'digits', 'tfds:NAME' or an image folder (one sub-folder per class)."
     )
