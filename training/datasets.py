@@ -140,6 +140,8 @@ def load(config):
             f"no folder {config.dataset!r}: a dataset is 'digits', 'tfds:NAME' or an image folder "
             "(one sub-folder per class)."
         )
+    if _is_tfds_name(config.dataset):
+        raise ValueError(f"unknown dataset {config.dataset!r}; did you mean tfds:{config.dataset}?")
     raise ValueError(
         f"unknown dataset {config.dataset!r}: use 'digits', 'tfds:NAME' or an image folder (one sub-folder per class)."
     )
@@ -323,6 +325,15 @@ def _decodable(files):
     ds = tf.data.Dataset.from_tensor_slices((np.arange(len(files)), np.array(files)))
     ds = ds.map(check, num_parallel_calls=tf.data.AUTOTUNE, deterministic=False).ignore_errors()
     return {int(i) for batch, _ in ds.batch(4096).as_numpy_iterator() for i in batch}
+
+
+def _is_tfds_name(name):
+    """Whether `name` (without `tfds:`) names a tensorflow-datasets builder."""
+    try:
+        import tensorflow_datasets as tfds
+    except ImportError:
+        return False
+    return name.split(":")[0] in tfds.list_builders(with_community_datasets=False)
 
 
 def tfds_source(name, train_split=None, eval_split=None, selection_fraction=0.0):
