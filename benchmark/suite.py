@@ -9,6 +9,16 @@ COMPILERS = ("xla", "graph")  # Keras: jit_compile=True (XLA) or False (TensorFl
 INFERENCE_COMPILERS = COMPILERS + ("frozen",)  # and the graph with its weights as constants (export --freeze)
 LITERT_MODES = tuple(m for m in names.LITERT_MODES if m != "int16x8")  # the modes timed: all but int16x8
 
+# The photo-size pipeline case, also timed with RandAugment.
+PIPELINE_224 = dict(
+    name="pipeline 224 b32",
+    image_size=(224, 224),
+    batch=32,
+    files=256,
+    batches_per_repeat=4,
+    trains="Ti/16 training b32",
+)
+
 SUITES = {
     # Minutes: small models, every kind of measurement once.
     "quick": {
@@ -86,23 +96,8 @@ SUITES = {
         # the agreement bar, on the digits default as `keras-vit train` trains it
         "agreement": [dict(name="digits bf16 agreement", dtypes=("mixed_bfloat16",), compilers=INFERENCE_COMPILERS)],
         "pipeline": [
-            dict(
-                name="pipeline 224 b32",
-                image_size=(224, 224),
-                batch=32,
-                files=256,
-                batches_per_repeat=4,
-                trains="Ti/16 training b32",
-            ),
-            dict(
-                name="pipeline 224 b32 RandAugment",
-                image_size=(224, 224),
-                batch=32,
-                files=256,
-                batches_per_repeat=4,
-                randaugment=0.5,
-                trains="Ti/16 training b32",
-            ),
+            PIPELINE_224,
+            dict(PIPELINE_224, name="pipeline 224 b32 RandAugment", randaugment=0.5),
             dict(
                 name="pipeline 32x32 b128",
                 image_size=(32, 32),
