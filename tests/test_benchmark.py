@@ -295,7 +295,7 @@ def test_inference_and_training_rows_on_a_tiny_model():
 def test_a_case_runs_in_a_fresh_process_with_the_same_rows():
     """`full` runs each case in a child process (what a case leaves allocated in TensorFlow does
     not add up over the suite): its rows and logged lines come back as the in-process run's."""
-    case = dict(name="tiny", model=TINY, batch=4, dtypes=("float32",), timm_modes=())
+    case = mechanics_case("tiny", batch=4, dtypes=("float32",), timm_modes=())
     logged = []
     rows = isolated.run_case("inference", case, (), 5, 2, logged.append)
     assert logged == rows and [(r["case"], r["implementation"], r["mode"]) for r in rows] == [
@@ -538,7 +538,7 @@ def test_timm_bf16_modes_left_out_where_torch_emulates_bf16(bf16_gflops, kept, m
         "tiny-cpu",
         {
             "inference": [
-                dict(name="tiny", model=TINY, batch=2, dtypes=("float32",), timm_modes=("eager", "eager_bf16"))
+                mechanics_case("tiny", batch=2, dtypes=("float32",), timm_modes=("eager", "eager_bf16"))
             ]
         },
     )
