@@ -536,11 +536,7 @@ def test_timm_bf16_modes_left_out_where_torch_emulates_bf16(bf16_gflops, kept, m
     monkeypatch.setitem(
         suite.SUITES,
         "tiny-cpu",
-        {
-            "inference": [
-                mechanics_case("tiny", batch=2, dtypes=("float32",), timm_modes=("eager", "eager_bf16"))
-            ]
-        },
+        {"inference": [mechanics_case("tiny", batch=2, dtypes=("float32",), timm_modes=("eager", "eager_bf16"))]},
     )
     monkeypatch.setattr(machine, "torch_cpu_matmul_gflops", lambda: {"float32": 130.0, "bfloat16": bf16_gflops})
     logged = []
