@@ -358,6 +358,26 @@ def test_a_run_whose_folder_moved_says_so_and_takes_its_new_place(tmp_path):
     assert again["num_examples"] == trained["num_examples"] and again["top1"] == pytest.approx(trained["top1"])
 
 
+def test_a_run_on_a_relative_folder_finds_it_from_another_working_directory(tmp_path, monkeypatch):
+    """`train --dataset data` records the folder's place, so `evaluate` (and `export`) of the run
+    work from anywhere; the same command spelt otherwise (`./data/`), or a run that recorded the
+    relative name (as before), is the same run."""
+    project = tmp_path / "project"
+    _write_folder(project / "data")
+    monkeypatch.chdir(project)
+    config = TrainConfig(dataset="data", run_dir="runs/r", model=SMALL_MODEL, epochs=1, batch_size=4)
+    trained = fit(config, verbose=0)
+    stored = project / "runs" / "r" / "config.yaml"
+    assert yaml.safe_load(stored.read_text())["dataset"] == str((project / "data").resolve())
+    assert fit(dataclasses.replace(config, dataset="./data/"), verbose=0) == trained  # finished: not trained again
+    monkeypatch.chdir(tmp_path)
+    again = evaluate(project / "runs" / "r")
+    assert again["num_examples"] == trained["num_examples"] and again["top1"] == pytest.approx(trained["top1"])
+    monkeypatch.chdir(project)
+    stored.write_text(stored.read_text().replace(str((project / "data").resolve()), "data"))
+    assert fit(config, verbose=0) == trained
+
+
 def test_the_first_held_out_images_of_a_folder_are_a_stratified_sample(tmp_path):
     """A folder lists its classes one after another; `export --eval-limit N` checks the first N
     held-out images, which were one class's alone."""

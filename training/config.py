@@ -133,10 +133,7 @@ class TrainConfig:
         """The fields that decide which examples this run trains on and which it holds out, as a
         plain dict (what an exported model records); a folder there is named by its absolute path."""
         c = self.resolved()
-        record = {name: getattr(c, name) for name in SPLIT_FIELDS}
-        if not (c.is_digits or c.dataset.startswith("tfds:")) and Path(c.dataset).is_dir():
-            record["dataset"] = str(Path(c.dataset).resolve())
-        return record
+        return {name: getattr(c, name) for name in SPLIT_FIELDS}
 
     @property
     def is_digits(self):
@@ -149,6 +146,9 @@ class TrainConfig:
             c = _with_protocol(c)
         if c.dataset is None:
             c.dataset = "digits"
+        if c.dataset and not (c.is_digits or c.dataset.startswith("tfds:")) and Path(c.dataset).is_dir():
+            # A folder by its place: the run's evaluate and export find it from any working directory.
+            c.dataset = str(Path(c.dataset).resolve())
         if c.run_dir is None:
             c.run_dir = str(Path("runs") / dataset_name(c.dataset))
         if c.recipe is None:

@@ -507,10 +507,11 @@ def _prepare_run_dir(c, overwrite):
     if stored_text != text:
         before, after = yaml.safe_load(stored_text) or {}, yaml.safe_load(text)
         changed = [k for k in sorted(set(before) | set(after)) if _differs(k, before.get(k), after.get(k))]
-        if set(changed) <= set(EXECUTION_FIELDS):
+        run_fields = [k for k in changed if k not in EXECUTION_FIELDS]  # none: the same run
+        if changed and not run_fields:
             logger.info("keras_vit: %s holds this run, now with %s", run_dir, _changes(changed, before, after))
-        elif not overwrite:
-            fields = _changes([k for k in changed if k not in EXECUTION_FIELDS], before, after)
+        elif run_fields and not overwrite:
+            fields = _changes(run_fields, before, after)
             raise ValueError(
                 f"{run_dir} holds a run with a different config ({fields}); pass --overwrite to "
                 "replace it (its checkpoints and resume state are deleted) or choose another --run-dir."
