@@ -22,7 +22,18 @@ PIPELINE_224 = dict(
 SUITES = {
     # Minutes: small models, every kind of measurement once.
     "quick": {
-        "inference": [dict(name="Ti/16 inference b8", model="vit_ti16", batch=8, dtypes=BOTH, timm_modes=("eager",))],
+        # XLA and graph mode: on a TensorFlow CPU `model.predict` runs the latter (for keras_vit in
+        # bf16, its frozen graph), elsewhere "graph" is the backend's eager mode
+        "inference": [
+            dict(
+                name="Ti/16 inference b8",
+                model="vit_ti16",
+                batch=8,
+                dtypes=BOTH,
+                compilers=COMPILERS,
+                timm_modes=("eager",),
+            )
+        ],
         "training": [
             dict(
                 name="CIFAR-size training b128",
