@@ -51,8 +51,8 @@ class ViTConfig:
         gelu_approximate: tanh GELU approximation instead of the exact erf form.
         qkv_bias: biases on the query/key/value projections.
         channels: input channels (3 for RGB, 1 for grayscale).
-        resnet_layers: units per ResNet stage for the hybrid, e.g. (3, 4, 9); None for a
-            pure ViT.
+        resnet_layers: units per ResNet stage for the hybrid, e.g. (3, 4, 9); () for the
+            ResNet root alone (AugReg's R+Ti/16); None for a pure ViT.
         resnet_width: width of the ResNet root (64 for R50).
         resnet_numerics: "official" (the Flax reference's GroupNorm and weight-standardisation
             epsilons) or "timm" (timm's); set by the loader to match a checkpoint's source.
@@ -121,8 +121,10 @@ class ViTConfig:
                 f"`resnet_width` must be a positive multiple of {RESNET_GROUPS} (the GroupNorm groups of the "
                 f"ResNet stem); got {self.resnet_width}."
             )
-        if self.resnet_layers is not None and (not self.resnet_layers or min(self.resnet_layers) < 1):
-            raise ValueError(f"`resnet_layers` must list at least one stage of >= 1 units; got {self.resnet_layers}.")
+        if self.resnet_layers is not None and min(self.resnet_layers, default=1) < 1:
+            raise ValueError(
+                f"`resnet_layers` must list stages of >= 1 units (() for the root alone); got {self.resnet_layers}."
+            )
         if self.resnet_numerics not in ("official", "timm"):
             raise ValueError(f"`resnet_numerics` must be 'official' or 'timm'; got {self.resnet_numerics!r}.")
         if self.classifier not in POOLING_MODES:
@@ -157,9 +159,7 @@ class ViTConfig:
     @property
     def backbone_stride(self):
         """Downsampling of the hybrid ResNet stem (1 for a pure ViT)."""
-        if self.resnet_layers is None:
-            return 1
-        return 4 * 2 ** (len(self.resnet_layers) - 1)
+        return 1 if self.resnet_layers is None else resnet_stride(len(self.resnet_layers))
 
     @property
     def feature_size(self):
@@ -194,6 +194,12 @@ class ViTConfig:
     def from_dict(cls, values):
         check_fields(cls, values, "ViTConfig field")
         return cls(**values)
+
+
+def resnet_stride(num_stages):
+    """Downsampling of a hybrid's ResNet of `num_stages` stages: 4 by its root (a stride-2
+    convolution and a stride-2 pooling), then 2 by every stage after the first."""
+    return 4 * 2 ** max(num_stages - 1, 0)
 
 
 def to_plain_dict(instance):

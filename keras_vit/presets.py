@@ -27,6 +27,20 @@ PRESETS = {
         "1x1 patches on its stride-16 map, 98.7M parameters",
         dict(_B, patch_size=1, resnet_layers=(3, 4, 9), resnet_width=64),
     ),
+    "vit_r_ti16": (
+        "R+ViT-Ti/16 hybrid (AugReg): the ResNet root alone (stride 4), 8x8 patches on its map, 6.3M parameters",
+        dict(_TI, patch_size=8, resnet_layers=(), resnet_width=64),
+    ),
+    "vit_r26_s32": (
+        "R26+ViT-S/32 hybrid (AugReg): BiT ResNet-26 stages (2, 2, 2, 2), 1x1 patches on its stride-32 map, "
+        "36.4M parameters",
+        dict(_S, patch_size=1, resnet_layers=(2, 2, 2, 2), resnet_width=64),
+    ),
+    "vit_r50_l32": (
+        "R50+ViT-L/32 hybrid (paper Table 5, AugReg): BiT ResNet-50 stages (3, 4, 6, 3), 1x1 patches on its "
+        "stride-32 map, 329.0M parameters",
+        dict(_L, patch_size=1, resnet_layers=(3, 4, 6, 3), resnet_width=64),
+    ),
 }
 
 

@@ -61,6 +61,24 @@ def test_an_npz_file_without_keras_vits_record_loads_with_the_official_defaults(
     assert restored.class_names is None
 
 
+@pytest.mark.parametrize(
+    "resnet",
+    [dict(resnet_layers=(), patch_size=4), dict(resnet_layers=(1, 1, 1, 1), patch_size=1)],
+    ids=["root_alone", "four_stages"],
+)
+def test_a_hybrid_is_read_off_official_npz_keys(tmp_path, resnet):
+    """AugReg's R+Ti/16 (the ResNet root alone, stride 4) and R50+L/32 (four stages, stride 32)
+    layouts: stages, width and resolution come from the tensors when no record says them."""
+    model = perturb(keras_vit.ViT(tiny_config(image_size=64, resnet_width=32, **resnet)))
+    keras_vit.save_npz(model, tmp_path / "m.npz")
+    with np.load(tmp_path / "m.npz", allow_pickle=False) as f:
+        np.savez(tmp_path / "official.npz", **{k: f[k] for k in f.files if k != "keras_vit/model.json"})
+    restored = keras_vit.ViT.from_checkpoint(tmp_path / "official.npz")
+    assert restored.config == model.config
+    x = images(size=model.config.image_size)
+    np.testing.assert_array_equal(_logits(restored, x), _logits(model, x))
+
+
 def test_official_key_layout(tmp_path):
     model = keras_vit.ViT(tiny_config(representation_size=16))
     keras_vit.save_npz(model, tmp_path / "m.npz")
@@ -394,6 +412,36 @@ def test_known_name_cache_and_checksum(tmp_path, monkeypatch):
     first.write_bytes(bytes(data))
     with pytest.raises(CheckpointError, match="does not match the checksum of its first download"):
         known.fetch(name)
+
+
+def test_augreg_hybrids_have_known_names_that_build_them(tmp_path, monkeypatch):
+    """R+Ti/16, R26+S/32 and R50+L/32: the three AugReg files each, from the release's bucket;
+    one (written offline in its layout, without keras_vit's record) loads into the hybrid it names."""
+    stems = {"vit_r_ti16": "R_Ti_16-i21k", "vit_r26_s32": "R26_S_32-i21k", "vit_r50_l32": "R50_L_32-i21k"}
+    for preset, stem in stems.items():
+        for suffix, overrides in (
+            ("_ft_in1k", {}),
+            ("_ft_in1k_384", {"image_size": 384}),
+            ("", {"num_classes": 21843}),
+        ):
+            owner, fields, url = known.KNOWN_CHECKPOINTS[f"{preset}.augreg_in21k{suffix}"]
+            assert (owner, fields) == (preset, overrides)
+            assert url.startswith(f"https://storage.googleapis.com/vit_models/augreg/{stem}-300ep-") and url.endswith(
+                {"_ft_in1k": "res_224.npz", "_ft_in1k_384": "res_384.npz", "": "sd_0.0.npz"}[suffix]
+            )
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "home"))
+    published = perturb(keras_vit.ViT.from_preset("vit_r_ti16", image_size=384))
+    keras_vit.save_npz(published, tmp_path / "model.npz")
+    with np.load(tmp_path / "model.npz", allow_pickle=False) as f:
+        np.savez(tmp_path / "published.npz", **{k: f[k] for k in f.files if k != "keras_vit/model.json"})
+    name = "vit_r_ti16.augreg_in21k_ft_in1k_384"
+    monkeypatch.setitem(
+        known.KNOWN_CHECKPOINTS, name, ("vit_r_ti16", {"image_size": 384}, (tmp_path / "published.npz").as_uri())
+    )
+    model = keras_vit.ViT.from_preset("vit_r_ti16", weights=name)
+    assert model.config == published.config
+    x = images(batch=1, size=(384, 384))
+    np.testing.assert_array_equal(_logits(model, x), _logits(published, x))
 
 
 def _timm_state_dict(model):

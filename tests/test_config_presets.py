@@ -18,6 +18,10 @@ OFFICIAL_PARAMETER_COUNTS = {
     "vit_l32": 306_535_400,
     "vit_h14": 632_045_800,
     "vit_r50_b16": 98_659_112,
+    # AugReg's hybrids: timm's vit_tiny_r_s16_p8_224, vit_small_r26_s32_224, vit_large_r50_s32_224
+    "vit_r_ti16": 6_337_704,
+    "vit_r26_s32": 36_431_912,
+    "vit_r50_l32": 328_994_856,
 }
 
 
@@ -73,6 +77,10 @@ def test_overrides_and_grid():
     assert c.grid_size == (14, 20) and c.num_patches == 280
     hybrid = keras_vit.get_config("vit_r50_b16", image_size=384)
     assert hybrid.backbone_stride == 16 and hybrid.grid_size == (24, 24)
+    root_only = keras_vit.get_config("vit_r_ti16", image_size=384)  # stride 4, 8x8 patches
+    assert root_only.resnet_layers == () and root_only.backbone_stride == 4 and root_only.grid_size == (12, 12)
+    four_stages = keras_vit.get_config("vit_r50_l32")
+    assert four_stages.backbone_stride == 32 and four_stages.grid_size == (7, 7)
 
 
 @pytest.mark.parametrize(
@@ -94,7 +102,10 @@ def test_overrides_and_grid():
             dict(resnet_layers=(1, 1), resnet_width=16, patch_size=1),
             r"`resnet_width` must be a positive multiple of 32",
         ),
-        (dict(resnet_layers=(0, 2), patch_size=1), r"`resnet_layers` must list at least one stage of >= 1 units"),
+        (
+            dict(resnet_layers=(0, 2), patch_size=1),
+            r"`resnet_layers` must list stages of >= 1 units \(\(\) for the root",
+        ),
         # types, as a YAML file gets them wrong (not int() errors that name no field)
         (dict(hidden_size="x"), r"field `hidden_size` must be an integer; got 'x'\."),
         (dict(hidden_size=96.0), r"field `hidden_size` must be an integer; got 96\.0\."),

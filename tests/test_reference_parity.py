@@ -36,28 +36,37 @@ def max_diff(keras_model, reference_logits, pixels):
     return float(np.abs(keras.ops.convert_to_numpy(keras_model(pixels)) - reference_logits).max())
 
 
+# The AugReg hybrids' ResNets (the root alone; four stages) differ from R50+B/16's in the mapping
+# of their keys, the same NumPy code on every backend: the larger two run in the TensorFlow pass.
 @pytest.mark.parametrize(
-    "name, preset",
+    "name, preset, depth",
     [
-        ("vit_tiny_patch16_224", "vit_ti16"),
-        ("vit_small_patch16_224", "vit_s16"),
-        ("vit_base_patch32_224", "vit_b32"),
-        ("vit_base_r50_s16_224", "vit_r50_b16"),
+        ("vit_tiny_patch16_224", "vit_ti16", None),
+        ("vit_small_patch16_224", "vit_s16", None),
+        ("vit_base_patch32_224", "vit_b32", None),
+        ("vit_base_r50_s16_224", "vit_r50_b16", None),
+        ("vit_tiny_r_s16_p8_224", "vit_r_ti16", None),
+        pytest.param("vit_small_r26_s32_224", "vit_r26_s32", None, marks=pytest.mark.tensorflow_only),
+        pytest.param("vit_large_r50_s32_224", "vit_r50_l32", 2, marks=pytest.mark.tensorflow_only),
     ],
 )
-def test_timm_state_dicts(tmp_path, name, preset):
+def test_timm_state_dicts(tmp_path, name, preset, depth):
     from safetensors.torch import save_file
 
-    reference = perturbed(timm.create_model(name, pretrained=False, num_classes=1000))
+    shallower = {} if depth is None else {"depth": depth}  # a 2-block L/32: its ResNet-50 in full
+    reference = perturbed(timm.create_model(name, pretrained=False, num_classes=1000, **shallower))
     pixels = sample_photos(224)
     with torch.no_grad():
         expected = reference(to_torch(pixels)).numpy()
     save_file(reference.state_dict(), tmp_path / "model.safetensors")
     torch.save(reference.state_dict(), tmp_path / "model.pth")
     from_safetensors = keras_vit.ViT.from_checkpoint(tmp_path / "model.safetensors")  # config read off the file
+    assert from_safetensors.config.resnet_layers == keras_vit.get_config(preset).resnet_layers
     assert max_diff(from_safetensors, expected, pixels) <= TOLERANCE
-    numerics = {"resnet_numerics": "timm"} if preset == "vit_r50_b16" else {}  # timm's epsilons
-    from_pth = keras_vit.ViT.from_preset(preset, weights=tmp_path / "model.pth", **numerics)
+    overrides = {} if depth is None else {"num_layers": depth}
+    if keras_vit.get_config(preset).resnet_layers is not None:
+        overrides["resnet_numerics"] = "timm"  # timm's epsilons
+    from_pth = keras_vit.ViT.from_preset(preset, weights=tmp_path / "model.pth", **overrides)
     assert max_diff(from_pth, expected, pixels) <= TOLERANCE
 
 
@@ -125,13 +134,23 @@ def test_huggingface_vit_model_pooler_is_pre_logits(tmp_path):
     assert max_diff(model, expected, pixels) <= TOLERANCE
 
 
-def test_npz_from_save_npz_is_read_by_timms_official_loader(tmp_path):
-    """Pins our .npz key layout to the official one: timm's own loader reads it."""
+@pytest.mark.parametrize(
+    "preset, name",
+    [
+        ("vit_ti16", "vit_tiny_patch16_224"),
+        ("vit_r_ti16", "vit_tiny_r_s16_p8_224"),
+        pytest.param("vit_r26_s32", "vit_small_r26_s32_224", marks=pytest.mark.tensorflow_only),
+    ],
+)
+def test_npz_from_save_npz_is_read_by_timms_official_loader(tmp_path, preset, name):
+    """Pins our .npz key layout to the official one (AugReg's for the hybrids): timm's own loader
+    reads it."""
     from timm.models.vision_transformer import _load_weights
 
-    model = perturb(keras_vit.ViT.from_preset("vit_ti16"))
+    numerics = {} if preset == "vit_ti16" else {"resnet_numerics": "timm"}  # the epsilons timm computes with
+    model = perturb(keras_vit.ViT.from_preset(preset, **numerics))
     keras_vit.save_npz(model, tmp_path / "ours.npz")
-    reference = timm.create_model("vit_tiny_patch16_224", pretrained=False).eval()
+    reference = timm.create_model(name, pretrained=False).eval()
     _load_weights(reference, str(tmp_path / "ours.npz"))
     pixels = sample_photos(224)
     with torch.no_grad():

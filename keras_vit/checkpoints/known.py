@@ -84,6 +84,36 @@ _add(
     _AUGREG + "B_8-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0" + _AUGREG_FT.format(lr="0.01", res=224),
 )
 
+# AugReg hybrids: the release recommends another upstream run for each fine-tuning resolution.
+for _preset, _lr, _stem_224, _stem_384 in (
+    ("vit_r_ti16", "0.03", "R_Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0", None),
+    (
+        "vit_r26_s32",
+        "0.03",
+        "R26_S_32-i21k-300ep-lr_0.001-aug_light0-wd_0.03-do_0.1-sd_0.1",
+        "R26_S_32-i21k-300ep-lr_0.001-aug_medium2-wd_0.03-do_0.0-sd_0.0",
+    ),
+    (
+        "vit_r50_l32",
+        "0.01",
+        "R50_L_32-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1",
+        "R50_L_32-i21k-300ep-lr_0.001-aug_medium2-wd_0.1-do_0.0-sd_0.0",
+    ),
+):
+    _stem_384 = _stem_384 or _stem_224
+    _add(
+        f"{_preset}.augreg_in21k_ft_in1k",
+        _preset,
+        _AUGREG + _stem_224 + _AUGREG_FT.format(lr=_lr, res=224),
+    )
+    _add(
+        f"{_preset}.augreg_in21k_ft_in1k_384",
+        _preset,
+        _AUGREG + _stem_384 + _AUGREG_FT.format(lr=_lr, res=384),
+        image_size=384,
+    )
+    _add(f"{_preset}.augreg_in21k", _preset, f"{_AUGREG}{_stem_384}.npz", num_classes=21843)
+
 
 def settings(weights, preset=None):
     """The config fields (resolution, classes, pre-logits) the known checkpoint `weights` was

@@ -13,6 +13,7 @@ import numpy as np
 
 from keras_vit.checkpoints.files import CheckpointError
 from keras_vit.checkpoints.remap import Remap
+from keras_vit.config import resnet_stride
 
 POS_KEY = "Transformer/posembed_input/pos_embedding"
 # keras_vit's own addition (readers of the official layout ignore it): the patch grid (rows,
@@ -110,7 +111,7 @@ def config_fields(tensors):
         )
         fields["resnet_width"] = tensors["conv_root/kernel"].shape[-1]
         fields["channels"] = tensors["conv_root/kernel"].shape[2]
-        stride = 4 * 2 ** (len(stages) - 1)
+        stride = resnet_stride(len(stages))
     grid = tensors.get(GRID_KEY)
     fields["image_size"] = image_size(tensors[POS_KEY].shape[-2], fields, stride, grid)
     return fields

@@ -1,4 +1,4 @@
-"""timm `VisionTransformer` (and the R50 hybrid) state dicts: PyTorch layouts.
+"""timm `VisionTransformer` (and its ResNet hybrids) state dicts: PyTorch layouts.
 
 Linear weights are `(out, in)` and become Keras `(in, out)` kernels; Conv2d weights are OIHW
 and become HWIO. timm's fused `attn.qkv` is already `[q | k | v]`, as keras_vit's is.
@@ -9,11 +9,15 @@ import re
 
 from keras_vit.checkpoints.files import CheckpointError
 from keras_vit.checkpoints.official import image_size
+from keras_vit.config import resnet_stride
 
 logger = logging.getLogger("keras_vit")
 
 # timm does not store the head count; these are the widths of the paper's variants.
 HEADS_BY_WIDTH = {192: 3, 384: 6, 768: 12, 1024: 16, 1280: 16}
+# A hybrid's root convolution: inside `stem` of a ResNetV2, or the backbone itself when the
+# ResNet is its root alone (R+Ti/16).
+ROOT_KEYS = ("patch_embed.backbone.stem.conv.weight", "patch_embed.backbone.conv.weight")
 
 
 def is_timm(tensors):
@@ -52,10 +56,10 @@ def to_keras(tensors):
         (r"pre_logits\.fc\.bias", "pre_logits/bias", None),
         (r"head\.weight", "head/kernel", _linear),
         (r"head\.bias", "head/bias", None),
-        # R50 hybrid backbone (ResNetV2 without pre-activation)
-        (r"patch_embed\.backbone\.stem\.conv\.weight", "resnet/conv_root/kernel", _conv),
-        (r"patch_embed\.backbone\.stem\.norm\.weight", "resnet/gn_root/gamma", None),
-        (r"patch_embed\.backbone\.stem\.norm\.bias", "resnet/gn_root/beta", None),
+        # hybrid backbones (ResNetV2 without pre-activation; R+Ti/16's is its root alone, no `stem.`)
+        (r"patch_embed\.backbone\.(?:stem\.)?conv\.weight", "resnet/conv_root/kernel", _conv),
+        (r"patch_embed\.backbone\.(?:stem\.)?norm\.weight", "resnet/gn_root/gamma", None),
+        (r"patch_embed\.backbone\.(?:stem\.)?norm\.bias", "resnet/gn_root/beta", None),
         (r"patch_embed\.backbone\.stages\.(\d+)\.blocks\.(\d+)\.conv([123])\.weight", "unit:conv\\3/kernel", _conv),
         (r"patch_embed\.backbone\.stages\.(\d+)\.blocks\.(\d+)\.norm([123])\.weight", "unit:gn\\3/gamma", None),
         (r"patch_embed\.backbone\.stages\.(\d+)\.blocks\.(\d+)\.norm([123])\.bias", "unit:gn\\3/beta", None),
@@ -114,7 +118,8 @@ def config_fields(tensors):
     if "blocks.0.ls1.gamma" in tensors:
         fields["layer_scale_init"] = 1e-5
     stride = 1
-    if "patch_embed.backbone.stem.conv.weight" in tensors:
+    root = next((k for k in ROOT_KEYS if k in tensors), None)
+    if root is not None:
         stages = {m.group(1) for k in tensors if (m := re.match(r"patch_embed\.backbone\.stages\.(\d+)\.", k))}
         fields["resnet_layers"] = tuple(
             len(
@@ -126,9 +131,9 @@ def config_fields(tensors):
             )
             for s in sorted(stages, key=int)
         )
-        fields["resnet_width"] = tensors["patch_embed.backbone.stem.conv.weight"].shape[0]
-        fields["channels"] = tensors["patch_embed.backbone.stem.conv.weight"].shape[1]
+        fields["resnet_width"] = tensors[root].shape[0]
+        fields["channels"] = tensors[root].shape[1]
         fields["resnet_numerics"] = "timm"
-        stride = 4 * 2 ** (len(stages) - 1)
+        stride = resnet_stride(len(stages))
     fields["image_size"] = image_size(tensors["pos_embed"].shape[1], fields, stride)
     return fields
