@@ -52,6 +52,7 @@ def export(source, config=None, **options):
     if c.fine_tunes:
         from keras_vit.export import tfmot_bridge
 
+        tfmot_bridge.check_supported(source.model.config, c.prune, c.cluster)
         tfmot_bridge.check_installed()
 
     images, labels, eval_source = _held_out(source)

@@ -99,6 +99,27 @@ def _layers():
         def get_config(self):
             return {**super().get_config(), "epsilon": self.epsilon}
 
+    class GroupNorm(tf_keras.layers.Layer):
+        """Centred group normalisation over the last axis, as keras_vit's `GroupNormalization`."""
+
+        def __init__(self, groups, epsilon, **kwargs):
+            super().__init__(**kwargs)
+            self.groups, self.epsilon = groups, epsilon
+
+        def build(self, shape):
+            self.gamma = self.add_weight("gamma", shape[-1:], initializer="ones")
+            self.beta = self.add_weight("beta", shape[-1:], initializer="zeros")
+
+        def call(self, x):
+            shape = tf.shape(x)
+            grouped = tf.reshape(x, (shape[0], -1, self.groups, x.shape[-1] // self.groups))
+            centred = grouped - tf.reduce_mean(grouped, (1, 3), keepdims=True)
+            variance = tf.reduce_mean(centred * centred, (1, 3), keepdims=True)
+            return tf.reshape(centred * tf.math.rsqrt(variance + self.epsilon), shape) * self.gamma + self.beta
+
+        def get_config(self):
+            return {**super().get_config(), "groups": self.groups, "epsilon": self.epsilon}
+
     class AttentionCore(tf_keras.layers.Layer):
         """softmax(q k^T / sqrt(d)) v from the fused `[q | k | v]` projection (no weights)."""
 
@@ -153,6 +174,7 @@ def _layers():
         Normalize=Normalize,
         Tokens=Tokens,
         LayerNorm=LayerNorm,
+        GroupNorm=GroupNorm,
         AttentionCore=AttentionCore,
         Scale=Scale,
         Gelu=Gelu,
@@ -160,13 +182,23 @@ def _layers():
     )
 
 
+def check_supported(config, prune=None, cluster=None):
+    """Raises an `ExportError` for what the bridge cannot do: pruning or clustering a hybrid,
+    whose ResNet convolutions standardise their kernels (a standardised pruned or clustered
+    kernel is neither sparse nor clustered)."""
+    if config.resnet_layers is not None and (prune or cluster):
+        raise ExportError(
+            "pruning and clustering do not apply to the hybrid's weight-standardised ResNet convolutions (a "
+            "standardised sparse or clustered kernel is neither); QAT and the post-training modes do."
+        )
+
+
 def build_tf_keras(config):
     """A tf_keras functional ViT of `config` and its weight map: tf_keras layer name ->
-    keras_vit weight paths, in the layer's weight order."""
+    keras_vit weight paths, in the layer's weight order. A hybrid's ResNet convolutions are
+    plain Conv2D layers that take the standardised kernels (`to_tf_keras`)."""
     import tf_keras
 
-    if config.resnet_layers is not None:
-        raise ExportError("the tfmot bridge (QAT, pruning, clustering) supports plain ViTs, not the ResNet hybrid.")
     L = _layers()
     c, weights = config, {}
 
@@ -182,6 +214,8 @@ def build_tf_keras(config):
 
     images = tf_keras.Input(c.image_size + (c.channels,), name="images")
     x = L["Normalize"](c.input_mean, c.input_std, name="normalization")(images) if c.normalize_inputs else images
+    if c.resnet_layers is not None:
+        x = _resnet(c, x, add, L)
     conv = tf_keras.layers.Conv2D(c.hidden_size, c.patch_size, strides=c.patch_size, name="patch_embedding")
     x = add(conv, "patch_embedding/projection", ("kernel", "bias"))(x)
     tokens = add(L["Tokens"](c.num_prefix_tokens, name="tokens"), "", ())
@@ -210,11 +244,48 @@ def build_tf_keras(config):
     return tf_keras.Model(images, x, name="vit_tf_keras"), weights
 
 
+def _resnet(c, x, add, L):
+    """The hybrid's ResNet stem on `x`, as keras_vit's `ResNetStem` computes it."""
+    import tf_keras
+
+    from keras_vit.layers.resnet import NUMERICS
+    from keras_vit.names import RESNET_GROUPS
+
+    epsilon = NUMERICS[c.resnet_numerics]["group_norm_epsilon"]
+
+    def conv_norm(x, filters, size, source, norm, strides=1):
+        name = f"resnet/{source}"
+        conv = tf_keras.layers.Conv2D(
+            filters, size, strides=strides, padding="same", use_bias=False, name=name.replace("/", "-")
+        )
+        x = add(conv, name, ("kernel",))(x)
+        name = f"resnet/{norm}"
+        return add(L["GroupNorm"](RESNET_GROUPS, epsilon, name=name.replace("/", "-")), name, ("gamma", "beta"))(x)
+
+    x = tf_keras.layers.ReLU()(conv_norm(x, c.resnet_width, 7, "conv_root", "gn_root", strides=2))
+    x = tf_keras.layers.MaxPooling2D(3, strides=2, padding="same")(x)
+    for stage, size in enumerate(c.resnet_layers):
+        filters = c.resnet_width * 2**stage
+        for unit in range(size):
+            u, strides = f"block{stage + 1}_unit{unit + 1}", 2 if (stage > 0 and unit == 0) else 1
+            residual = x
+            if x.shape[-1] != 4 * filters or strides != 1:
+                residual = conv_norm(x, 4 * filters, 1, f"{u}/conv_proj", f"{u}/gn_proj", strides)
+            y = tf_keras.layers.ReLU()(conv_norm(x, filters, 1, f"{u}/conv1", f"{u}/gn1"))
+            y = tf_keras.layers.ReLU()(conv_norm(y, filters, 3, f"{u}/conv2", f"{u}/gn2", strides))
+            y = conv_norm(y, 4 * filters, 1, f"{u}/conv3", f"{u}/gn3")
+            x = tf_keras.layers.ReLU()(tf_keras.layers.Add()([residual, y]))
+    return x
+
+
 def to_tf_keras(model):
     """The keras_vit `model` as a tf_keras model with the same weights, checked to give the
     same logits (to 1e-4 relative to their scale) on random pixels."""
     tf_model, mapping = build_tf_keras(model.config)
     values = {w.path: np.asarray(w.numpy() if hasattr(w, "numpy") else w) for w in model.weights}
+    if model.config.resnet_layers is not None:
+        for conv in model.get_layer("resnet").convolutions():
+            values[conv.kernel.path] = np.asarray(conv.standardise(conv.kernel))
     for name, paths in mapping.items():
         tf_model.get_layer(name).set_weights([values[p] for p in paths])
     probe = np.random.default_rng(0).uniform(0, 255, (2,) + tuple(model.config.image_size) + (3,)).astype(np.float32)
@@ -272,6 +343,7 @@ def prune(model, source, sparsity, epochs=2, learning_rate=1e-4):
     tfmot = _tfmot()
     if not 0.0 < sparsity < 1.0:
         raise ExportError(f"--prune takes a sparsity in (0, 1); got {sparsity}.")
+    check_supported(model.config, prune=sparsity)
     tf_model, mapping = to_tf_keras(model)
     steps = max(1, epochs * source.steps_per_epoch)
     schedule = tfmot.sparsity.keras.PolynomialDecay(
@@ -297,6 +369,7 @@ def cluster(model, source, clusters, epochs=2, learning_rate=1e-4):
     tfmot = _tfmot()
     if clusters < 2:
         raise ExportError(f"--cluster takes at least 2 clusters; got {clusters}.")
+    check_supported(model.config, cluster=clusters)
     tf_model, mapping = to_tf_keras(model)
     init = tfmot.clustering.keras.CentroidInitialization.KMEANS_PLUS_PLUS
     clustered = _wrap_weighted(
@@ -310,9 +383,9 @@ def cluster(model, source, clusters, epochs=2, learning_rate=1e-4):
 
 
 def quantization_aware(model, source, epochs, learning_rate=1e-5):
-    """Quantisation-aware fine-tuning: Dense/Conv2D through tfmot's default 8-bit scheme, the
-    custom layers (normalisation, tokens, LayerNorm, attention core, GELU, pooling,
-    LayerScale) with an output fake-quantiser. Returns the trained tf_keras model, whose
+    """Quantisation-aware fine-tuning: Dense/Conv2D (a hybrid's ResNet convolutions included)
+    through tfmot's default 8-bit scheme, the custom layers (normalisation, tokens, LayerNorm,
+    GroupNorm, attention core, GELU, pooling, LayerScale) with an output fake-quantiser. Returns the trained tf_keras model, whose
     TFLite conversion is full-integer int8."""
     tfmot = _tfmot()
     q = tfmot.quantization.keras
@@ -346,7 +419,7 @@ def quantization_aware(model, source, epochs, learning_rate=1e-5):
     def annotate(layer):
         if type(layer).__name__ in custom:
             return q.quantize_annotate_layer(layer, quantize_config=OutputQuantizeConfig())
-        if layer.__class__.__name__ in ("Dense", "Conv2D", "Add"):
+        if layer.__class__.__name__ in ("Dense", "Conv2D", "Add", "ReLU", "MaxPooling2D"):
             return q.quantize_annotate_layer(layer)
         return layer
 

@@ -32,11 +32,15 @@ class StdConv2D(keras.layers.Conv2D):
         self.epsilon = float(epsilon)
         self.epsilon_in_sqrt = bool(epsilon_in_sqrt)
 
-    def convolution_op(self, inputs, kernel):
+    def standardise(self, kernel):
+        """The kernel the convolution applies: `kernel` standardised per output filter."""
         mean = ops.mean(kernel, axis=(0, 1, 2), keepdims=True)
         var = ops.var(kernel, axis=(0, 1, 2), keepdims=True)
         scale = ops.sqrt(var + self.epsilon) if self.epsilon_in_sqrt else ops.sqrt(var) + self.epsilon
-        return super().convolution_op(inputs, (kernel - mean) / scale)
+        return (kernel - mean) / scale
+
+    def convolution_op(self, inputs, kernel):
+        return super().convolution_op(inputs, self.standardise(kernel))
 
     def get_config(self):
         return {**super().get_config(), "epsilon": self.epsilon, "epsilon_in_sqrt": self.epsilon_in_sqrt}
@@ -150,6 +154,11 @@ class ResNetStem(keras.layers.Layer):
         for unit in self.units:
             x = unit(x)
         return x
+
+    def convolutions(self):
+        """Every weight-standardised convolution of the stem, root first."""
+        units = [(u.conv1, u.conv2, u.conv3) + ((u.conv_proj,) if u.conv_proj is not None else ()) for u in self.units]
+        return [self.conv_root] + [conv for convs in units for conv in convs]
 
     def compute_output_shape(self, input_shape):
         shape = self.pool.compute_output_shape(self.conv_root.compute_output_shape(input_shape))
