@@ -513,6 +513,33 @@ def test_jax_predict_on_batch_is_stateless_and_gives_keras_numbers(dtype):
 
 
 @pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="the frozen bf16 predict is TensorFlow's")
+def test_a_frozen_bf16_hybrid_holds_each_resnet_kernel_once():
+    """Under mixed precision a ResNet kernel is standardised from its float32 value and the
+    result cast once, so the frozen bf16 forward of a hybrid (its `predict` and bf16 SavedModel)
+    stores each kernel once, in float32. Standardised in bf16, each of its three reads had become
+    a bf16 copy of its own (a bf16 R26+S/32 SavedModel of 125 MB, now 100)."""
+    import tensorflow as tf
+
+    from keras_vit import tf_predict
+
+    config = tiny_config(resnet_layers=(1, 1), resnet_width=32, patch_size=1)
+    model = perturb(keras_vit.ViT(config, dtype="mixed_bfloat16"))
+    reference = keras_vit.ViT(config)
+    reference.set_weights(model.get_weights())
+    forward = tf_predict.frozen_forward(model)
+    x = images(4)
+    expected = keras.ops.convert_to_numpy(reference(x))
+    np.testing.assert_allclose(forward(x).numpy(), expected, rtol=0.03, atol=0.03 * np.abs(expected).max())
+    kernels = {tuple(c.kernel.shape) for c in model.get_layer("resnet").convolutions()}
+    constants = [n.attr["value"].tensor for n in forward.graph.as_graph_def().node if n.op == "Const"]
+    shapes = [tuple(d.size for d in t.tensor_shape.dim) for t in constants]
+    assert sorted(s for s in shapes if s in kernels) == sorted(
+        tuple(c.kernel.shape) for c in model.get_layer("resnet").convolutions()
+    )
+    assert all(tf.as_dtype(t.dtype) == tf.float32 for t, s in zip(constants, shapes) if s in kernels)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="the frozen bf16 predict is TensorFlow's")
 @pytest.mark.filterwarnings("ignore:Skipping variable loading for optimizer")
 def test_tensorflow_bf16_predict_runs_on_bf16_weight_constants_that_follow_the_weights(tmp_path):
     """In bfloat16 on a TensorFlow CPU, `predict` and `predict_on_batch` run a graph whose

@@ -23,7 +23,8 @@ NUMERICS = {
 @keras.saving.register_keras_serializable(package="keras_vit")
 class StdConv2D(keras.layers.Conv2D):
     """Conv2D whose kernel is standardised per output filter: (w - mean) / (std + eps), or
-    (w - mean) / sqrt(var + eps) with `epsilon_in_sqrt=True`."""
+    (w - mean) / sqrt(var + eps) with `epsilon_in_sqrt=True`. Under mixed precision the kernel
+    is standardised in its own dtype (float32) and the result cast, once, for the convolution."""
 
     def __init__(self, *args, epsilon=1e-5, epsilon_in_sqrt=False, **kwargs):
         kwargs.setdefault("use_bias", False)
@@ -31,6 +32,7 @@ class StdConv2D(keras.layers.Conv2D):
         super().__init__(*args, **kwargs)
         self.epsilon = float(epsilon)
         self.epsilon_in_sqrt = bool(epsilon_in_sqrt)
+        self.autocast = False  # the variable is read as stored; `convolution_op` casts
 
     def standardise(self, kernel):
         """The kernel the convolution applies: `kernel` standardised per output filter."""
@@ -40,7 +42,8 @@ class StdConv2D(keras.layers.Conv2D):
         return (kernel - mean) / scale
 
     def convolution_op(self, inputs, kernel):
-        return super().convolution_op(inputs, self.standardise(kernel))
+        kernel = ops.cast(self.standardise(kernel), self.compute_dtype)
+        return super().convolution_op(ops.cast(inputs, self.compute_dtype), kernel)
 
     def get_config(self):
         return {**super().get_config(), "epsilon": self.epsilon, "epsilon_in_sqrt": self.epsilon_in_sqrt}
