@@ -385,8 +385,8 @@ def cluster(model, source, clusters, epochs=2, learning_rate=1e-4):
 def quantization_aware(model, source, epochs, learning_rate=1e-5):
     """Quantisation-aware fine-tuning: Dense/Conv2D (a hybrid's ResNet convolutions included)
     through tfmot's default 8-bit scheme, the custom layers (normalisation, tokens, LayerNorm,
-    GroupNorm, attention core, GELU, pooling, LayerScale) with an output fake-quantiser. Returns the trained tf_keras model, whose
-    TFLite conversion is full-integer int8."""
+    GroupNorm, attention core, GELU, pooling, LayerScale) with an output fake-quantiser.
+    Returns the trained tf_keras model, whose TFLite conversion is full-integer int8."""
     tfmot = _tfmot()
     q = tfmot.quantization.keras
     tf_model, _ = to_tf_keras(model)
