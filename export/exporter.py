@@ -52,7 +52,6 @@ def export(source, config=None, **options):
     if c.fine_tunes:
         from keras_vit.export import tfmot_bridge
 
-        tfmot_bridge.check_supported(source.model.config, c.prune, c.cluster)
         tfmot_bridge.check_installed()
 
     images, labels, eval_source = _held_out(source)
@@ -178,6 +177,11 @@ def _export_tflite(source, plan, values, directory, name, io_type, images, label
     return rows
 
 
+def _tfmot_kernel(weight):
+    """Whether pruning and clustering apply to `weight`: the kernels, but a hybrid's ResNet's."""
+    return weight.path.endswith("kernel") and not weight.path.startswith("resnet/")
+
+
 def _variant(variant, value, source, bridge, epochs):
     """The LiteRT source module of a model variant and what the report says about it."""
     model = source.model
@@ -191,11 +195,11 @@ def _variant(variant, value, source, bridge, epochs):
         return module, {"qat_epochs": value}
     if variant == "pruned":
         pruned = bridge.prune(model, source, value, epochs)
-        kernels = [np.asarray(w) for w in pruned.weights if w.path.endswith("kernel")]
+        kernels = [np.asarray(w) for w in pruned.weights if _tfmot_kernel(w)]
         zeros = sum(int((k == 0).sum()) for k in kernels) / sum(k.size for k in kernels)
         return litert.keras_module(pruned), {"target_sparsity": value, "kernel_sparsity": round(zeros, 4)}
     clustered = bridge.cluster(model, source, value, epochs)
-    distinct = max(len(np.unique(np.asarray(w))) for w in clustered.weights if w.path.endswith("kernel"))
+    distinct = max(len(np.unique(np.asarray(w))) for w in clustered.weights if _tfmot_kernel(w))
     return litert.keras_module(clustered), {"clusters": value, "max_distinct_kernel_values": distinct}
 
 

@@ -182,17 +182,6 @@ def _layers():
     )
 
 
-def check_supported(config, prune=None, cluster=None):
-    """Raises an `ExportError` for what the bridge cannot do: pruning or clustering a hybrid,
-    whose ResNet convolutions standardise their kernels (a standardised pruned or clustered
-    kernel is neither sparse nor clustered)."""
-    if config.resnet_layers is not None and (prune or cluster):
-        raise ExportError(
-            "pruning and clustering do not apply to the hybrid's weight-standardised ResNet convolutions (a "
-            "standardised sparse or clustered kernel is neither); QAT and the post-training modes do."
-        )
-
-
 def build_tf_keras(config):
     """A tf_keras functional ViT of `config` and its weight map: tf_keras layer name ->
     keras_vit weight paths, in the layer's weight order. A hybrid's ResNet convolutions are
@@ -298,13 +287,16 @@ def to_tf_keras(model):
 
 def copy_back(tf_model, mapping, model):
     """A new keras_vit model of `model`'s config holding `tf_model`'s (stripped) weights
-    (strip_pruning/strip_clustering keep the layer names, so the weight map applies)."""
+    (strip_pruning/strip_clustering keep the layer names, so the weight map applies); a
+    hybrid's ResNet kernels are `model`'s own (the rebuild's are their standardised values)."""
     from keras_vit import ViT
 
     new = ViT(model.config, class_names=model.class_names, name=model.name)
-    targets = {w.path: w for w in new.weights}
+    targets, own = {w.path: w for w in new.weights}, {w.path: w for w in model.weights}
     for name, paths in mapping.items():
-        for path, value in zip(paths, tf_model.get_layer(name).get_weights()):
+        layer = tf_model.get_layer(name)
+        values = [own[path] for path in paths] if is_resnet_conv(layer) else layer.get_weights()
+        for path, value in zip(paths, values):
             targets[path].assign(value)
     return new
 
@@ -325,12 +317,31 @@ def _fine_tune(tf_model, source, epochs, learning_rate, callbacks=(), label_smoo
     )
 
 
+def is_resnet_conv(layer):
+    """Whether a layer of the rebuild is one of a hybrid's ResNet convolutions."""
+    return layer.name.startswith("resnet-") and type(layer).__name__ == "Conv2D"
+
+
+def _note_resnet(config, what):
+    if config.resnet_layers is not None:
+        logger.info(
+            "keras_vit: the hybrid's ResNet convolutions are not %s and not fine-tuned: they standardise their "
+            "kernels, and a standardised sparse or clustered kernel is neither",
+            what,
+        )
+
+
 def _wrap_weighted(tf_model, wrap):
-    """A copy of `tf_model` with `wrap` applied to every Dense and Conv2D layer (the source
-    is a throwaway rebuild, so sharing its other layers is harmless)."""
+    """A copy of `tf_model` with `wrap` applied to every Dense and Conv2D layer but a hybrid's
+    ResNet convolutions, which it freezes instead (their kernels are the standardised values;
+    `copy_back` keeps the model's own). The source is a throwaway rebuild, so sharing its
+    other layers is harmless."""
     import tf_keras
 
     def clone(layer):
+        if is_resnet_conv(layer):
+            layer.trainable = False
+            return layer
         return wrap(layer) if isinstance(layer, (tf_keras.layers.Dense, tf_keras.layers.Conv2D)) else layer
 
     return tf_keras.models.clone_model(tf_model, clone_function=clone)
@@ -343,7 +354,7 @@ def prune(model, source, sparsity, epochs=2, learning_rate=1e-4):
     tfmot = _tfmot()
     if not 0.0 < sparsity < 1.0:
         raise ExportError(f"--prune takes a sparsity in (0, 1); got {sparsity}.")
-    check_supported(model.config, prune=sparsity)
+    _note_resnet(model.config, "pruned")
     tf_model, mapping = to_tf_keras(model)
     steps = max(1, epochs * source.steps_per_epoch)
     schedule = tfmot.sparsity.keras.PolynomialDecay(
@@ -369,7 +380,7 @@ def cluster(model, source, clusters, epochs=2, learning_rate=1e-4):
     tfmot = _tfmot()
     if clusters < 2:
         raise ExportError(f"--cluster takes at least 2 clusters; got {clusters}.")
-    check_supported(model.config, cluster=clusters)
+    _note_resnet(model.config, "clustered")
     tf_model, mapping = to_tf_keras(model)
     init = tfmot.clustering.keras.CentroidInitialization.KMEANS_PLUS_PLUS
     clustered = _wrap_weighted(

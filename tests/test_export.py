@@ -239,12 +239,13 @@ def test_hybrid_resnet_stem_exports_in_every_calibrated_mode():
         assert np.mean(probabilities.argmax(-1) == expected.argmax(-1)) >= 0.75, mode
 
 
-def test_hybrid_quantisation_aware_training_gives_an_integer_file_that_computes_what_it_trained(source):
+def test_hybrid_through_the_tfmot_bridge(source):
     """In the tfmot bridge the hybrid's ResNet is plain Conv2D layers on the standardised kernels
     and a centred GroupNorm: the rebuild computes the model's logits; QAT's int8 file (integer
-    ops only) computes what the fake-quantised model does. Pruning and clustering are refused:
-    a standardised sparse or clustered kernel is neither."""
-    from keras_vit.export import ExportError, LiteRTModel, check_ops, litert, tfmot_bridge
+    ops only) computes what the fake-quantised model does. Pruning and clustering leave the
+    ResNet's kernels as they were (a standardised sparse or clustered kernel is neither) and
+    prune or cluster the transformer's."""
+    from keras_vit.export import LiteRTModel, check_ops, litert, tfmot_bridge
 
     keras.utils.set_random_seed(0)
     classes = source.model.config.num_classes
@@ -266,9 +267,22 @@ def test_hybrid_quantisation_aware_training_gives_an_integer_file_that_computes_
     assert np.mean(probabilities.argmax(-1) == simulated.argmax(-1)) >= 0.75
     assert np.abs(probabilities - simulated).max() < 0.3
     assert np.corrcoef(probabilities.ravel(), simulated.ravel())[0, 1] >= 0.9
-    for fine_tuning in (dict(prune=0.5), dict(cluster=16)):
-        with pytest.raises(ExportError, match="pruning and clustering do not apply to the hybrid"):
-            tfmot_bridge.check_supported(config, **fine_tuning)
+
+    def kernels(variant, resnet):
+        return [
+            np.asarray(w)
+            for w in variant.weights
+            if w.path.endswith("kernel") and w.path.startswith("resnet/") == resnet
+        ]
+
+    pruned = tfmot_bridge.prune(model, hybrid, 0.5, epochs=1)
+    clustered = tfmot_bridge.cluster(model, hybrid, 8, epochs=1)
+    for variant in (pruned, clustered):
+        for a, b in zip(kernels(variant, True), kernels(model, True), strict=True):
+            np.testing.assert_array_equal(a, b)
+    transformer = kernels(pruned, False)
+    assert abs(sum(int((k == 0).sum()) for k in transformer) / sum(k.size for k in transformer) - 0.5) < 0.02
+    assert max(len(np.unique(k)) for k in kernels(clustered, False)) <= 8
 
 
 def test_tflite_metadata_labels_and_mediapipe_image_classifier_agree_with_litert(source, exported):
