@@ -177,11 +177,6 @@ def _export_tflite(source, plan, values, directory, name, io_type, images, label
     return rows
 
 
-def _tfmot_kernel(weight):
-    """Whether pruning and clustering apply to `weight`: the kernels, but a hybrid's ResNet's."""
-    return weight.path.endswith("kernel") and not weight.path.startswith("resnet/")
-
-
 def _variant(variant, value, source, bridge, epochs):
     """The LiteRT source module of a model variant and what the report says about it."""
     model = source.model
@@ -195,11 +190,11 @@ def _variant(variant, value, source, bridge, epochs):
         return module, {"qat_epochs": value}
     if variant == "pruned":
         pruned = bridge.prune(model, source, value, epochs)
-        kernels = [np.asarray(w) for w in pruned.weights if _tfmot_kernel(w)]
+        kernels = [np.asarray(w) for w in pruned.weights if bridge.pruned_or_clustered(w.path)]
         zeros = sum(int((k == 0).sum()) for k in kernels) / sum(k.size for k in kernels)
         return litert.keras_module(pruned), {"target_sparsity": value, "kernel_sparsity": round(zeros, 4)}
     clustered = bridge.cluster(model, source, value, epochs)
-    distinct = max(len(np.unique(np.asarray(w))) for w in clustered.weights if _tfmot_kernel(w))
+    distinct = max(len(np.unique(np.asarray(w))) for w in clustered.weights if bridge.pruned_or_clustered(w.path))
     return litert.keras_module(clustered), {"clusters": value, "max_distinct_kernel_values": distinct}
 
 

@@ -18,6 +18,9 @@ from keras_vit.export.source import ExportError
 
 logger = logging.getLogger("keras_vit")
 
+# A hybrid's ResNet: the keras_vit layer, its weights' path prefix and the rebuild's name prefix.
+RESNET = "resnet"
+
 
 # tf-keras and tensorflow-model-optimization declare requirements that clash with
 # tensorflow-cpu (see requirements/no-deps.txt), so the export extra cannot bring them.
@@ -243,12 +246,12 @@ def _resnet(c, x, add, L):
     epsilon = NUMERICS[c.resnet_numerics]["group_norm_epsilon"]
 
     def conv_norm(x, filters, size, source, norm, strides=1):
-        name = f"resnet/{source}"
+        name = f"{RESNET}/{source}"
         conv = tf_keras.layers.Conv2D(
             filters, size, strides=strides, padding="same", use_bias=False, name=name.replace("/", "-")
         )
         x = add(conv, name, ("kernel",))(x)
-        name = f"resnet/{norm}"
+        name = f"{RESNET}/{norm}"
         return add(L["GroupNorm"](RESNET_GROUPS, epsilon, name=name.replace("/", "-")), name, ("gamma", "beta"))(x)
 
     x = tf_keras.layers.ReLU()(conv_norm(x, c.resnet_width, 7, "conv_root", "gn_root", strides=2))
@@ -273,7 +276,7 @@ def to_tf_keras(model):
     tf_model, mapping = build_tf_keras(model.config)
     values = {w.path: np.asarray(w.numpy() if hasattr(w, "numpy") else w) for w in model.weights}
     if model.config.resnet_layers is not None:
-        for conv in model.get_layer("resnet").convolutions():
+        for conv in model.get_layer(RESNET).convolutions():
             values[conv.kernel.path] = np.asarray(conv.standardise(conv.kernel))
     for name, paths in mapping.items():
         tf_model.get_layer(name).set_weights([values[p] for p in paths])
@@ -295,7 +298,7 @@ def copy_back(tf_model, mapping, model):
     targets, own = {w.path: w for w in new.weights}, {w.path: w for w in model.weights}
     for name, paths in mapping.items():
         layer = tf_model.get_layer(name)
-        values = [own[path] for path in paths] if is_resnet_conv(layer) else layer.get_weights()
+        values = [own[path] for path in paths] if _is_resnet_conv(layer) else layer.get_weights()
         for path, value in zip(paths, values):
             targets[path].assign(value)
     return new
@@ -317,9 +320,15 @@ def _fine_tune(tf_model, source, epochs, learning_rate, callbacks=(), label_smoo
     )
 
 
-def is_resnet_conv(layer):
+def _is_resnet_conv(layer):
     """Whether a layer of the rebuild is one of a hybrid's ResNet convolutions."""
-    return layer.name.startswith("resnet-") and type(layer).__name__ == "Conv2D"
+    return layer.name.startswith(f"{RESNET}-") and type(layer).__name__ == "Conv2D"
+
+
+def pruned_or_clustered(path):
+    """Whether pruning and clustering apply to the keras_vit weight at `path`: the kernels but a
+    hybrid's ResNet's."""
+    return path.endswith("kernel") and not path.startswith(f"{RESNET}/")
 
 
 def _note_resnet(config, what):
@@ -339,7 +348,7 @@ def _wrap_weighted(tf_model, wrap):
     import tf_keras
 
     def clone(layer):
-        if is_resnet_conv(layer):
+        if _is_resnet_conv(layer):
             layer.trainable = False
             return layer
         return wrap(layer) if isinstance(layer, (tf_keras.layers.Dense, tf_keras.layers.Conv2D)) else layer
