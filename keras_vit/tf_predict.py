@@ -45,7 +45,7 @@ def frozen_forward(model):
     graph_def = _constant_graph_def(concrete)
     feed, fetch = concrete.inputs[0].name, concrete.outputs[0].name
     # `wrap_function` keeps the Python function: the GraphDef goes once it has been imported
-    pending = [fold_weight_casts(graph_def, [fetch])]
+    pending = [fold_weight_casts(fold_weight_arithmetic(graph_def), [fetch])]
     del graph_def
 
     def imported(batch):
@@ -165,6 +165,88 @@ def layer_norm(x, gamma, beta, epsilon):
     scale = tf.multiply(rstd, gamma, name=".3scale")
     shift = tf.subtract(beta, tf.multiply(scale, mean), name=".7sub")
     return tf.add(tf.multiply(x, scale, name=".6mul"), shift, name=".8out")
+
+
+# Element-wise and reduction ops that the layers apply to weights alone (a StdConv2D's
+# standardisation, a LayerNorm's shifted beta): on constants their result is a constant.
+_ARITHMETIC = frozenset(
+    ("Mean", "Sub", "SquaredDifference", "Square", "AddV2", "Add", "Mul", "RealDiv", "Rsqrt", "Sqrt", "Neg")
+)
+# Ops that pass a constant on unchanged in value (their result is constant too).
+_PASSING = frozenset(("Identity", "Cast", "Reshape", "ExpandDims", "Squeeze"))
+
+
+def fold_weight_arithmetic(graph_def):
+    """A copy of a frozen `graph_def` in which arithmetic on constants alone (`_ARITHMETIC`,
+    e.g. a ResNet kernel's standardisation and the cast of its result) is replaced by its
+    result, computed once here by TensorFlow's own kernels. The stored graph then holds each
+    standardised kernel once, in the dtype the convolution reads (bf16 under mixed precision,
+    half the float32 kernel), instead of the raw float32 kernel and the ops that TensorFlow's
+    optimizer would fold on the first call anyway. Casts and reads of plain weights are left to
+    `fold_weight_casts`; a graph without such arithmetic comes back unchanged."""
+    nodes = {node.name: node for node in graph_def.node}
+    constant, computed = {}, {}  # node name -> whether its value is constant / has arithmetic in it
+
+    def data_inputs(node):
+        return [i.split(":")[0] for i in node.input if not i.startswith("^")]
+
+    def visit(name):  # iterative post-order: graphs are deep (hundreds of ops on the data path)
+        todo = [name]
+        while todo:
+            node = nodes[todo[-1]]
+            pending = [i for i in data_inputs(node) if i not in constant]
+            if pending:
+                todo += pending
+                continue
+            todo.pop()
+            inputs = data_inputs(node)
+            if node.op == "Const":
+                constant[node.name], computed[node.name] = True, False
+            elif inputs and (node.op in _ARITHMETIC or node.op in _PASSING) and all(constant[i] for i in inputs):
+                constant[node.name] = True
+                computed[node.name] = node.op in _ARITHMETIC or any(computed[i] for i in inputs)
+            else:
+                constant[node.name], computed[node.name] = False, False
+
+    for name in nodes:
+        visit(name)
+    # The computed constants a non-constant op reads: each becomes one Const node.
+    frontier = sorted(
+        {i for node in graph_def.node if not constant[node.name] for i in data_inputs(node) if computed[i]}
+    )
+    if not frontier:
+        return graph_def
+    needed, todo = set(), list(frontier)
+    while todo:
+        name = todo.pop()
+        if name not in needed:
+            needed.add(name)
+            todo += data_inputs(nodes[name])
+    subgraph = tf.compat.v1.GraphDef()
+    subgraph.versions.CopyFrom(graph_def.versions)
+    for node in graph_def.node:
+        if node.name in needed:
+            copy = subgraph.node.add()
+            copy.CopyFrom(node)
+            del copy.input[:]
+            copy.input.extend(i for i in node.input if not i.startswith("^"))
+    with tf.Graph().as_default() as graph:
+        tf.graph_util.import_graph_def(subgraph, name="")
+        with tf.compat.v1.Session(graph=graph) as session:
+            values = session.run([f"{name}:0" for name in frontier])
+    folded = dict(zip(frontier, values))
+    out = tf.compat.v1.GraphDef()
+    out.versions.CopyFrom(graph_def.versions)
+    out.library.CopyFrom(graph_def.library)
+    for node in graph_def.node:
+        if node.name in folded:
+            value = folded[node.name]
+            dtype = tf.dtypes.as_dtype(value.dtype)
+            node = tf.compat.v1.NodeDef(name=node.name, op="Const", device=node.device)
+            node.attr["dtype"].type = dtype.as_datatype_enum
+            node.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(value, dtype))
+        out.node.append(node)
+    return out
 
 
 def _is_constant(node):

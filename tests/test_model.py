@@ -515,9 +515,10 @@ def test_jax_predict_on_batch_is_stateless_and_gives_keras_numbers(dtype):
 @pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="the frozen bf16 predict is TensorFlow's")
 def test_a_frozen_bf16_hybrid_holds_each_resnet_kernel_once():
     """Under mixed precision a ResNet kernel is standardised from its float32 value and the
-    result cast once, so the frozen bf16 forward of a hybrid (its `predict` and bf16 SavedModel)
-    stores each kernel once, in float32. Standardised in bf16, each of its three reads had become
-    a bf16 copy of its own (a bf16 R26+S/32 SavedModel of 125 MB, now 100)."""
+    result cast once; freezing computes that once, so the frozen bf16 forward of a hybrid (its
+    `predict` and bf16 SavedModel) stores each kernel once, standardised, in bf16, and neither the
+    raw float32 kernel nor the ops on it (a bf16 R26+S/32 SavedModel: 125 MB with three bf16
+    copies of each kernel, 98 MB with the float32 kernel, 72 MB folded)."""
     import tensorflow as tf
 
     from keras_vit import tf_predict
@@ -530,13 +531,26 @@ def test_a_frozen_bf16_hybrid_holds_each_resnet_kernel_once():
     x = images(4)
     expected = keras.ops.convert_to_numpy(reference(x))
     np.testing.assert_allclose(forward(x).numpy(), expected, rtol=0.03, atol=0.03 * np.abs(expected).max())
-    kernels = {tuple(c.kernel.shape) for c in model.get_layer("resnet").convolutions()}
-    constants = [n.attr["value"].tensor for n in forward.graph.as_graph_def().node if n.op == "Const"]
-    shapes = [tuple(d.size for d in t.tensor_shape.dim) for t in constants]
-    assert sorted(s for s in shapes if s in kernels) == sorted(
-        tuple(c.kernel.shape) for c in model.get_layer("resnet").convolutions()
-    )
-    assert all(tf.as_dtype(t.dtype) == tf.float32 for t, s in zip(constants, shapes) if s in kernels)
+    convolutions = model.get_layer("resnet").convolutions()
+    standardised = {tuple(c.kernel.shape): [] for c in convolutions}  # shape -> standardised kernels
+    for c in convolutions:
+        standardised[tuple(c.kernel.shape)].append(
+            keras.ops.convert_to_numpy(keras.ops.cast(c.standardise(c.kernel), "float32"))
+        )
+    graph_def = forward.graph.as_graph_def()
+    stored = [
+        tf.make_ndarray(n.attr["value"].tensor)
+        for n in graph_def.node
+        if n.op == "Const" and tuple(d.size for d in n.attr["value"].tensor.tensor_shape.dim) in standardised
+    ]
+    assert sorted(a.shape for a in stored) == sorted(tuple(c.kernel.shape) for c in convolutions)
+    assert all(a.dtype == tf.bfloat16.as_numpy_dtype for a in stored)
+    for array in stored:  # each equals its layer's standardised kernel, to bf16 rounding
+        error = min(np.abs(array.astype("float32") - s).max() for s in standardised[array.shape])
+        assert error <= 2**-7 * max(np.abs(s).max() for s in standardised[array.shape]), error
+    nodes = {n.name: n for n in graph_def.node}
+    of_constants = [n.name for n in graph_def.node if n.op == "Mean" and nodes[n.input[0].split(":")[0]].op == "Const"]
+    assert not of_constants  # no standardisation left to run
 
 
 @pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="the frozen bf16 predict is TensorFlow's")
