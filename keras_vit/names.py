@@ -1,9 +1,12 @@
 """The names and constants that the library, its applications and the command line share, each
 defined here once, and the rule that reads a run directory's files to tell a finished run.
 
-This module imports nothing, so the command line reads it (through `keras_vit_cli.names`) to
-build `--help` and check arguments without loading Keras or TensorFlow.
+This module imports only the standard library, so the command line reads it (through
+`keras_vit_cli.names`) to build `--help` and check arguments without loading Keras or TensorFlow.
 """
+
+import os
+from pathlib import Path
 
 # The model's classifier: the class token, or the mean of the patch tokens ("global average pool").
 POOLING_MODES = ("token", "gap")
@@ -58,6 +61,12 @@ def run_finished(run_dir):
     """Whether the run in `run_dir` (a pathlib.Path) trained to its end and was evaluated: its
     evaluation is written and its resume state, deleted once the evaluation is written, is gone."""
     return (run_dir / RUN_EVAL).is_file() and not (run_dir / RUN_BACKUP).exists()
+
+
+def cache_home():
+    """Where keras_vit keeps what it fetched or computed once: `$KERAS_HOME/keras_vit` (default
+    `~/.keras/keras_vit`), beside Keras's own downloads."""
+    return Path(os.environ.get("KERAS_HOME", Path.home() / ".keras")) / "keras_vit"
 
 
 # The evaluation split that is a whole dataset: every image of a folder or of digits, every

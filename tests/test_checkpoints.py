@@ -12,10 +12,18 @@ from helpers import images, perturb, tiny_config
 import keras_vit
 from keras_vit.checkpoints import CheckpointError, known
 from keras_vit.checkpoints.files import read_safetensors
+from keras_vit.checkpoints.official import RECORD_KEY
 
 
 def _logits(model, x):
     return keras.ops.convert_to_numpy(model(x))
+
+
+def _save_official_npz(model, path):
+    """`model` as a published .npz holds it: `save_npz`'s tensors without keras_vit's record."""
+    keras_vit.save_npz(model, path.with_suffix(".with_record.npz"))
+    with np.load(path.with_suffix(".with_record.npz"), allow_pickle=False) as f:
+        np.savez(path, **{k: f[k] for k in f.files if k != RECORD_KEY})
 
 
 @pytest.mark.parametrize(
@@ -51,9 +59,7 @@ def test_npz_round_trip_is_bit_exact(tmp_path, overrides):
 
 def test_an_npz_file_without_keras_vits_record_loads_with_the_official_defaults(tmp_path):
     model = keras_vit.ViT(tiny_config(layer_norm_epsilon=1e-12, crop_fraction=1.0))
-    keras_vit.save_npz(model, tmp_path / "m.npz")
-    with np.load(tmp_path / "m.npz", allow_pickle=False) as f:
-        np.savez(tmp_path / "official.npz", **{k: f[k] for k in f.files if k != "keras_vit/model.json"})
+    _save_official_npz(model, tmp_path / "official.npz")
     restored = keras_vit.ViT.from_checkpoint(tmp_path / "official.npz")
     assert restored.config == model.config.replace(
         layer_norm_epsilon=1e-6, crop_fraction=keras_vit.ViTConfig().crop_fraction
@@ -70,9 +76,7 @@ def test_a_hybrid_is_read_off_official_npz_keys(tmp_path, resnet):
     """AugReg's R+Ti/16 (the ResNet root alone, stride 4) and R50+L/32 (four stages, stride 32)
     layouts: stages, width and resolution come from the tensors when no record says them."""
     model = perturb(keras_vit.ViT(tiny_config(image_size=64, resnet_width=32, **resnet)))
-    keras_vit.save_npz(model, tmp_path / "m.npz")
-    with np.load(tmp_path / "m.npz", allow_pickle=False) as f:
-        np.savez(tmp_path / "official.npz", **{k: f[k] for k in f.files if k != "keras_vit/model.json"})
+    _save_official_npz(model, tmp_path / "official.npz")
     restored = keras_vit.ViT.from_checkpoint(tmp_path / "official.npz")
     assert restored.config == model.config
     x = images(size=model.config.image_size)
@@ -431,9 +435,7 @@ def test_augreg_hybrids_have_known_names_that_build_them(tmp_path, monkeypatch):
             )
     monkeypatch.setenv("KERAS_HOME", str(tmp_path / "home"))
     published = perturb(keras_vit.ViT.from_preset("vit_r_ti16", image_size=384))
-    keras_vit.save_npz(published, tmp_path / "model.npz")
-    with np.load(tmp_path / "model.npz", allow_pickle=False) as f:
-        np.savez(tmp_path / "published.npz", **{k: f[k] for k in f.files if k != "keras_vit/model.json"})
+    _save_official_npz(published, tmp_path / "published.npz")
     name = "vit_r_ti16.augreg_in21k_ft_in1k_384"
     monkeypatch.setitem(
         known.KNOWN_CHECKPOINTS, name, ("vit_r_ti16", {"image_size": 384}, (tmp_path / "published.npz").as_uri())

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from keras_vit.names import IMAGE_EXTENSIONS, JPEG_DCT_METHOD, WHOLE_SPLIT
+from keras_vit.names import IMAGE_EXTENSIONS, JPEG_DCT_METHOD, WHOLE_SPLIT, cache_home
 
 logger = logging.getLogger("keras_vit")
 # Records permuted together for a source that cannot be shuffled whole: a tfds split's, still
@@ -250,8 +250,7 @@ class FolderIndex:
         self.file = self.path / self.NAME
         if not os.access(self.path, os.W_OK):
             digest = hashlib.sha256(str(self.path.resolve()).encode()).hexdigest()[:16]
-            home = Path(os.environ.get("KERAS_HOME", Path.home() / ".keras"))
-            self.file = home / "keras_vit" / "folders" / f"{digest}.json"
+            self.file = cache_home() / "folders" / f"{digest}.json"
 
     def check(self, listed):
         """`{relative name: readable}` for `listed` `(name, label, (size, mtime_ns))` entries."""

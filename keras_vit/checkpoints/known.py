@@ -9,9 +9,9 @@ import hashlib
 import os
 import tempfile
 import urllib.request
-from pathlib import Path
 
 from keras_vit.checkpoints.files import CheckpointError
+from keras_vit.names import cache_home
 
 _ORIGINAL = "https://storage.googleapis.com/vit_models/"
 _AUGREG = _ORIGINAL + "augreg/"
@@ -126,15 +126,10 @@ def settings(weights, preset=None):
     return dict(fields)
 
 
-def cache_dir():
-    """`$KERAS_HOME/keras_vit` (default `~/.keras/keras_vit`)."""
-    return Path(os.environ.get("KERAS_HOME", Path.home() / ".keras")) / "keras_vit"
-
-
 def fetch(name, timeout=30):
     """Local path of known checkpoint `name`, downloading it once (with a progress bar)."""
     url = KNOWN_CHECKPOINTS[name][2]
-    target = cache_dir() / url.rsplit("/", 1)[-1]
+    target = cache_home() / url.rsplit("/", 1)[-1]
     digest_file = target.with_name(target.name + ".sha256")
     if target.exists() and digest_file.exists():
         if _sha256(target) != digest_file.read_text().strip():
