@@ -239,6 +239,25 @@ def _write_folder(root):
     (root / "dog" / "notes.txt").write_text("ignored")
 
 
+def test_a_read_only_folder_keeps_its_index_under_keras_home(tmp_path, monkeypatch):
+    """A folder the user cannot write to keeps its index in `$KERAS_HOME/keras_vit/folders/`,
+    and the next command reads it from there (os.access answers for a read-only folder: the
+    tests may run as root, who can write anywhere)."""
+    _write_folder(tmp_path / "data")
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "home"))
+    writable = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode: mode != os.W_OK and writable(path, mode))
+    checked = []
+    decodable = datasets._decodable
+    monkeypatch.setattr(datasets, "_decodable", lambda files: checked.append(len(files)) or decodable(files))
+    source = datasets.folder(tmp_path / "data", validation_fraction=0.34)
+    assert not (tmp_path / "data" / datasets.FolderIndex.NAME).exists()
+    (index,) = (tmp_path / "home" / "keras_vit" / "folders").glob("*.json")
+    assert len(json.loads(index.read_text())["files"]) == 14 and checked == [14]
+    again = datasets.folder(tmp_path / "data", validation_fraction=0.34)
+    assert checked == [14] and (again.skipped, again.num_train) == (source.skipped, source.num_train)
+
+
 def test_image_folder_skips_corrupt_files_and_trains(tmp_path, caplog, monkeypatch):
     """Corrupt files are found by TensorFlow's decoders in one parallel tf.data pass (no
     PIL decode, no file-by-file pre-pass), counted, and remembered: a later command checks only
