@@ -190,19 +190,27 @@ def fold_weight_arithmetic(graph_def):
     def data_inputs(node):
         return [i.split(":")[0] for i in node.input if not i.startswith("^")]
 
-    def visit(name):  # iterative post-order: graphs are deep (hundreds of ops on the data path)
-        todo = [name]
+    def visit(name):
+        # Iterative post-order: graphs are deep (hundreds of ops on the data path), and a lowered
+        # while loop is a cycle (NextIteration -> Merge), whose ops are never constant.
+        todo, visiting = [name], set()
         while todo:
             node = nodes[todo[-1]]
-            pending = [i for i in data_inputs(node) if i not in constant]
+            visiting.add(node.name)
+            pending = [i for i in data_inputs(node) if i not in constant and i not in visiting]
             if pending:
                 todo += pending
                 continue
             todo.pop()
+            visiting.discard(node.name)
             inputs = data_inputs(node)
             if node.op == "Const":
                 constant[node.name], computed[node.name] = True, False
-            elif inputs and (node.op in _ARITHMETIC or node.op in _PASSING) and all(constant[i] for i in inputs):
+            elif (
+                inputs
+                and (node.op in _ARITHMETIC or node.op in _PASSING)
+                and all(constant.get(i, False) for i in inputs)
+            ):
                 constant[node.name] = True
                 computed[node.name] = node.op in _ARITHMETIC or any(computed[i] for i in inputs)
             else:

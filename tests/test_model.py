@@ -553,6 +553,22 @@ def test_a_frozen_bf16_hybrid_holds_each_resnet_kernel_once():
     assert not of_constants  # no standardisation left to run
 
 
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="freezing is TensorFlow's")
+def test_freezing_a_model_with_a_loop_gives_its_outputs():
+    """`export.freeze` takes any single-input Keras model: an LSTM's while loop, lowered into the
+    frozen graph, is a cycle of ops (NextIteration -> Merge) that the constant folding walks
+    past."""
+    from keras_vit import tf_predict
+
+    inputs = keras.Input((5, 3))
+    outputs = keras.layers.Dense(2)(keras.layers.LSTM(4)(keras.layers.Dense(3)(inputs)))
+    model = perturb(keras.Model(inputs, outputs))
+    x = np.random.default_rng(0).standard_normal((2, 5, 3)).astype("float32")
+    graph = tf_predict.frozen_forward(model)
+    assert any(node.op == "NextIteration" for node in graph.graph.as_graph_def().node)  # the loop is there
+    np.testing.assert_allclose(graph(x).numpy(), keras.ops.convert_to_numpy(model(x)), atol=1e-5)
+
+
 @pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="the frozen bf16 predict is TensorFlow's")
 @pytest.mark.filterwarnings("ignore:Skipping variable loading for optimizer")
 def test_tensorflow_bf16_predict_runs_on_bf16_weight_constants_that_follow_the_weights(tmp_path):
