@@ -8,7 +8,8 @@ from keras_vit.export.source import ExportError, require_tensorflow_backend
 def freeze(model):
     """The inference forward of a single-input Keras model (TensorFlow backend) as a TensorFlow
     graph that holds the weights as constants, mixed-precision weight casts folded into
-    half-precision constants: `frozen(images)` returns the model's output tensor for a batch
+    half-precision constants and a hybrid's standardised ResNet kernels computed once:
+    `frozen(images)` returns the model's output tensor for a batch
     (tensor or array) of any size; it can be called inside a `tf.function` and saved in a
     SavedModel. On an AMX CPU oneDNN lays constant weights out once for its AMX kernels; on AMD
     CPUs ViT-S/16 and B/16 ran 3-5% faster in float32 and 3-11% in mixed_bfloat16 than the

@@ -26,12 +26,13 @@ _MKL_LAYER_NORM_EPSILON = 1e-3
 
 def frozen_forward(model):
     """The inference forward of a single-input Keras model (TensorFlow backend) as a graph that
-    holds the weights as constants, half-precision casts of float32 weights folded into
-    half-precision constants (`fold_weight_casts`): `forward(images)` returns the model's
-    output tensor for a batch (tensor or array, any size and real dtype); it can be called inside
-    a `tf.function` and saved in a SavedModel, and `forward.graph` is its graph. keras_vit's
-    layers are traced in their frozen-graph forms (`keras_vit.layers.frozen_graph`). The caller
-    checks `fits(model)` first.
+    holds the weights as constants, arithmetic on weights alone computed once
+    (`fold_weight_arithmetic`: a hybrid's standardised kernels) and half-precision casts of
+    float32 weights folded into half-precision constants (`fold_weight_casts`):
+    `forward(images)` returns the model's output tensor for a batch (tensor or array, any size
+    and real dtype); it can be called inside a `tf.function` and saved in a SavedModel, and
+    `forward.graph` is its graph. keras_vit's layers are traced in their frozen-graph forms
+    (`keras_vit.layers.frozen_graph`). The caller checks `fits(model)` first.
 
     TensorFlow keeps several copies of a graph's constants once the function has run (its
     function library, the instantiated graph, the kernels'); the forward keeps none of its own:
