@@ -115,10 +115,7 @@ def fold_weight_casts(graph_def, outputs):
             and node.attr["DstT"].type in half
         ):
             dtype = tf.dtypes.as_dtype(node.attr["DstT"].type)
-            value = tf.cast(tf.make_ndarray(constant.attr["value"].tensor), dtype).numpy()
-            node = tf.compat.v1.NodeDef(name=node.name, op="Const", device=node.device)
-            node.attr["dtype"].type = dtype.as_datatype_enum
-            node.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(value, dtype))
+            node = _constant(node, tf.cast(tf.make_ndarray(constant.attr["value"].tensor), dtype).numpy())
         out.node.append(node)
     # Function graphs order every former variable read before the outputs with control edges;
     # on constants they order nothing, and they would keep the float32 copies alive.
@@ -184,7 +181,8 @@ def fold_weight_arithmetic(graph_def):
     standardised kernel once, in the dtype the convolution reads (bf16 under mixed precision,
     half the float32 kernel), instead of the raw float32 kernel and the ops that TensorFlow's
     optimizer would fold on the first call anyway. Casts and reads of plain weights are left to
-    `fold_weight_casts`; a graph without such arithmetic comes back unchanged."""
+    `fold_weight_casts`, which casts them one by one (run through a Session here, every weight of
+    a model would be held twice); a graph without such arithmetic comes back unchanged."""
     nodes = {node.name: node for node in graph_def.node}
     constant, computed = {}, {}  # node name -> whether its value is constant / has arithmetic in it
 
@@ -248,14 +246,17 @@ def fold_weight_arithmetic(graph_def):
     out.versions.CopyFrom(graph_def.versions)
     out.library.CopyFrom(graph_def.library)
     for node in graph_def.node:
-        if node.name in folded:
-            value = folded[node.name]
-            dtype = tf.dtypes.as_dtype(value.dtype)
-            node = tf.compat.v1.NodeDef(name=node.name, op="Const", device=node.device)
-            node.attr["dtype"].type = dtype.as_datatype_enum
-            node.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(value, dtype))
-        out.node.append(node)
+        out.node.append(_constant(node, folded[node.name]) if node.name in folded else node)
     return out
+
+
+def _constant(node, value):
+    """A Const node holding the array `value` in the place (name, device) of `node`."""
+    dtype = tf.dtypes.as_dtype(value.dtype)
+    constant = tf.compat.v1.NodeDef(name=node.name, op="Const", device=node.device)
+    constant.attr["dtype"].type = dtype.as_datatype_enum
+    constant.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(value, dtype))
+    return constant
 
 
 def _is_constant(node):

@@ -518,7 +518,7 @@ def test_a_frozen_bf16_hybrid_holds_each_resnet_kernel_once():
     result cast once; freezing computes that once, so the frozen bf16 forward of a hybrid (its
     `predict` and bf16 SavedModel) stores each kernel once, standardised, in bf16, and neither the
     raw float32 kernel nor the ops on it (a bf16 R26+S/32 SavedModel: 125 MB with three bf16
-    copies of each kernel, 98 MB with the float32 kernel, 72 MB folded)."""
+    copies of each kernel, 98 MB with the float32 kernel, 71 MB folded)."""
     import tensorflow as tf
 
     from keras_vit import tf_predict
