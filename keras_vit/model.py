@@ -5,7 +5,7 @@ import types
 import keras
 import numpy as np
 
-from keras_vit import distribution, jax_predict, presets
+from keras_vit import distribution, initializers, jax_predict, presets
 from keras_vit import layers as vit_layers
 from keras_vit.config import ViTConfig
 from keras_vit.loops import WeightsKeptOnError
@@ -312,7 +312,11 @@ class _Parts:
         self.pooling = vit_layers.TokenPooling(c.classifier, c.num_prefix_tokens, dtype=d, name="pooling")
         self.pre_logits = (
             keras.layers.Dense(
-                c.representation_size, activation="tanh", kernel_initializer="lecun_normal", dtype=d, name="pre_logits"
+                c.representation_size,
+                activation="tanh",
+                kernel_initializer=initializers.lecun_normal(),
+                dtype=d,
+                name="pre_logits",
             )
             if c.representation_size
             else None

@@ -6,6 +6,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_vit import initializers
 from keras_vit.dtypes import is_half
 from keras_vit.layers import frozen_graph
 from keras_vit.layers.projection import project, project_tokens
@@ -46,12 +47,14 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             use_bias=self.use_bias,
             # Xavier-uniform of each (D, D) projection: fan_avg of the fused (D, 3D) kernel
             # is 2D, so scale 2 gives the per-projection limit sqrt(6 / (D + D)).
-            kernel_initializer=keras.initializers.VarianceScaling(2.0, "fan_avg", "uniform"),
+            kernel_initializer=initializers.VarianceScaling(2.0, "fan_avg", "uniform"),
             dtype=self.dtype_policy,
             name="qkv",
         )
         self.qkv.build((None, width))
-        self.out = keras.layers.Dense(width, kernel_initializer="glorot_uniform", dtype=self.dtype_policy, name="out")
+        self.out = keras.layers.Dense(
+            width, kernel_initializer=initializers.glorot_uniform(), dtype=self.dtype_policy, name="out"
+        )
         self.out.build((None, width))
         # Checked here, eagerly, because `_explicit_attention` may run inside a traced function.
         self._bf16_softmax_without_casts = (

@@ -5,6 +5,7 @@ import math
 import keras
 from keras import ops
 
+from keras_vit import initializers
 from keras_vit.layers.projection import project
 
 
@@ -26,13 +27,13 @@ class MLP(keras.layers.Layer):
         self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
 
     def build(self, input_shape):
-        dense = dict(
-            kernel_initializer="glorot_uniform",
-            bias_initializer=keras.initializers.RandomNormal(stddev=1e-6),
-            dtype=self.dtype_policy,
-        )
-        self.fc1 = keras.layers.Dense(self.mlp_dim, name="fc1", **dense)
-        self.fc2 = keras.layers.Dense(input_shape[-1], name="fc2", **dense)
+        # One kernel initializer per layer: an instance draws the same values at every call. The
+        # N(0, 1e-6) biases share one (fc2's are fc1's first values): a new one would change the
+        # weights of every seeded run.
+        dense = dict(bias_initializer=initializers.RandomNormal(stddev=1e-6), dtype=self.dtype_policy)
+        kernel = initializers.glorot_uniform
+        self.fc1 = keras.layers.Dense(self.mlp_dim, kernel_initializer=kernel(), name="fc1", **dense)
+        self.fc2 = keras.layers.Dense(input_shape[-1], kernel_initializer=kernel(), name="fc2", **dense)
         self.fc1.build((None, input_shape[-1]))
         self.fc2.build((None, self.mlp_dim))
 

@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_vit import initializers
 from keras_vit.dtypes import is_half
 from keras_vit.layers.projection import project
 
@@ -24,7 +25,7 @@ class PatchEmbedding(keras.layers.Layer):
             kernel_size=self.patch_size,
             strides=self.patch_size,
             padding="valid",
-            kernel_initializer="lecun_normal",  # flax nn.Conv default, as in the reference
+            kernel_initializer=initializers.lecun_normal(),  # flax nn.Conv default, as in the reference
             dtype=self.dtype_policy,
             name="projection",
         )

@@ -4,6 +4,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_vit import initializers
 from keras_vit.resample import resample_position_embeddings
 
 GRID_KEY = "grid_size"  # stored beside the embedding in .keras and .weights.h5 files
@@ -39,7 +40,7 @@ class PositionEmbedding(keras.layers.Layer):
         self.embedding = self.add_weight(
             name="embedding",
             shape=(1, self.num_tokens, input_shape[-1]),
-            initializer=keras.initializers.RandomNormal(stddev=0.02),
+            initializer=initializers.RandomNormal(stddev=0.02),
         )
 
     def call(self, tokens):

@@ -8,6 +8,7 @@ stride 1 and every later stage at stride 2: total stride 16 with stages (3, 4, 9
 import keras
 from keras import ops
 
+from keras_vit import initializers
 from keras_vit.layers.group_normalization import GroupNormalization
 from keras_vit.names import RESNET_GROUPS
 
@@ -55,6 +56,7 @@ def _std_conv(filters, kernel_size, numerics, name, policy, strides=1):
         filters,
         kernel_size,
         strides=strides,
+        kernel_initializer=initializers.glorot_uniform(),
         epsilon=n["std_epsilon"],
         epsilon_in_sqrt=n["epsilon_in_sqrt"],
         dtype=policy,
