@@ -8,16 +8,18 @@ from keras_vit_cli.options import add_model_options, model_overrides
 def add_parser(subparsers):
     parser = subparsers.add_parser(
         "convert",
-        help="convert an official .npz, timm or Hugging Face checkpoint to a .keras model",
+        help="convert an official .npz, timm, Hugging Face or keras-hub checkpoint to a .keras model",
         description="Read a checkpoint (official/big_vision .npz, timm .safetensors/.pth/.bin, a Hugging Face "
-        "model folder, a known name from `keras_vit.list_checkpoints()`, or a keras_vit .keras model or run "
+        "model folder, a keras-hub ViT preset folder or .keras file, a known name from `keras_vit.list_checkpoints()`, or a keras_vit .keras model or run "
         "directory to adapt) and save it as a .keras model. "
         "Without --preset the architecture is read off the checkpoint; with it, the preset (and "
         "--image-size/--num-classes) decides and the checkpoint is adapted: position embeddings "
         "resampled, a fresh zero head when the class count differs.",
     )
     parser.add_argument(
-        "source", help="checkpoint file, Hugging Face folder, known checkpoint name, .keras model or run directory"
+        "source",
+        help="checkpoint file, Hugging Face folder, keras-hub preset folder, known checkpoint name, .keras model "
+        "or run directory",
     )
     parser.add_argument("output", help="the .keras file to write")
     parser.add_argument("--preset", help="build this preset instead of reading the architecture off the file")

@@ -141,7 +141,7 @@ class ViT(_ImagesChecked, keras.Model):
         """Builds preset `name` (see `keras_vit.list_presets()`), any config field overridden,
         e.g. `ViT.from_preset("vit_b16", num_classes=10, image_size=384)`.
 
-        `weights`: a checkpoint file, Hugging Face folder or known name
+        `weights`: a checkpoint file, Hugging Face or keras-hub folder, or known name
         (`keras_vit.list_checkpoints()`), loaded with `keras_vit.load_weights`. A known name
         builds the model its checkpoint was trained as (resolution, classes, pre-logits)
         unless `overrides` say otherwise; a resampling of the position embeddings is logged."""

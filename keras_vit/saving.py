@@ -104,8 +104,9 @@ def load_keras_file(path):
 
 def load_model(source, **overrides):
     """A keras_vit `ViT` from a `.keras` file, a run directory (its `best.keras`, else
-    `last.keras`) or any checkpoint `ViT.from_checkpoint` reads (file, Hugging Face folder or
-    known name; `overrides` are config fields for it, e.g. `num_classes`)."""
+    `last.keras`) or any checkpoint `ViT.from_checkpoint` reads (file, Hugging Face or keras-hub
+    folder, keras-hub `.keras` file or known name; `overrides` are config fields for it, e.g.
+    `num_classes`)."""
     from keras_vit.model import ViT
 
     path = Path(source)
@@ -116,7 +117,9 @@ def load_model(source, **overrides):
             f"{path} is an exported LiteRT file (`predict` and `evaluate --dataset` answer from it); give the run "
             "directory or .keras file it was exported from."
         )
-    if path.suffix == ".keras":
+    from keras_vit.checkpoints import keras_hub  # checkpoints imports this module
+
+    if path.suffix == ".keras" and not keras_hub.is_keras_hub(path):
         if overrides:
             raise ModelFileError(f"{path} is a complete model: its {', '.join(overrides)} cannot be overridden.")
         return load_keras_file(path)

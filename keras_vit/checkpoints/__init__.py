@@ -1,5 +1,5 @@
-"""Pretrained checkpoints: official/big_vision .npz, timm and Hugging Face weights, and keras_vit's
-own `.keras` models and training runs (to fine-tune a model trained here).
+"""Pretrained checkpoints: official/big_vision .npz, timm and Hugging Face weights, keras-hub ViT
+presets, and keras_vit's own `.keras` models and training runs (to fine-tune a model trained here).
 
 keras_vit.load_weights(model, "ViT-B_16.npz")       # file, HF folder, known name, .keras or run dir
 keras_vit.save_npz(model, "finetuned.npz")          # the official layout, readable by timm
@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from keras_vit import saving
-from keras_vit.checkpoints import huggingface, official, timm
+from keras_vit.checkpoints import huggingface, keras_hub, official, timm
 from keras_vit.checkpoints.assign import assign, export
 from keras_vit.checkpoints.files import CheckpointError, read_tensors, write_npz
 from keras_vit.checkpoints.known import KNOWN_CHECKPOINTS, fetch
@@ -40,9 +40,11 @@ def list_checkpoints():
 
 
 def resolve(source):
-    """A known checkpoint name (downloaded once) or a local path -> local path."""
+    """A known checkpoint name or Kaggle handle (downloaded once) or a local path -> local path."""
     if isinstance(source, str) and source in KNOWN_CHECKPOINTS:
         return fetch(source)
+    if isinstance(source, str) and source.startswith(keras_hub.KAGGLE_PREFIX):
+        return keras_hub.download(source)
     path = Path(source)
     if not path.exists():
         if str(source) in PRESETS:  # an architecture: its published weights have longer names
@@ -68,8 +70,9 @@ class Checkpoint(typing.NamedTuple):
 def read_checkpoint(source, infer_config=True):
     """Reads any supported checkpoint -> `(weights, fields, kind)`: weights keyed by keras_vit
     variable path, the ViTConfig fields it implies (None unless `infer_config`), and
-    "official", "timm", "huggingface" or "keras" (a `.keras` model or a training run directory,
-    whose `best.keras`, else `last.keras`, is read)."""
+    "official", "timm", "huggingface", "keras-hub" (a keras-hub ViT preset folder or `.keras`
+    file) or "keras" (a `.keras` model or a training run directory, whose `best.keras`, else
+    `last.keras`, is read)."""
     return tuple(open_checkpoint(source, infer_config))[:3]
 
 
@@ -78,6 +81,9 @@ def open_checkpoint(source, infer_config=True):
     Hugging Face `config.json`'s `id2label` (unless Transformers' default `LABEL_n`), a keras_vit
     model's own, or a run directory's labels."""
     path = resolve(source)
+    if keras_hub.is_keras_hub(path):
+        weights, fields = keras_hub.read(path)
+        return Checkpoint(weights, fields if infer_config else None, "keras-hub", None)
     if path.suffix == ".keras" or (path.is_dir() and any((path / name).is_file() for name in RUN_CHECKPOINTS)):
         model = saving.load_model(path)
         weights = {**export(model), official.GRID_PATH: np.asarray(model.config.grid_size, "int32")}
