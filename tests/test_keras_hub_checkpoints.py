@@ -91,6 +91,19 @@ def test_gap_pre_logits_no_biases_a_wide_image_and_channel_normalisation(tmp_pat
     np.testing.assert_allclose(keras.ops.convert_to_numpy(ours(pixels)), expected, atol=TOLERANCE)
 
 
+def test_the_mean_and_variance_of_early_kaggle_converters(tmp_path):
+    """Early keras-hub presets wrote `mean` and `variance` beside `scale`: keras-hub computes
+    (pixels * scale - mean) / sqrt(variance)."""
+    classifier().save_to_preset(tmp_path / "preset")
+    path = tmp_path / "preset" / "image_converter.json"
+    converter = json.loads(path.read_text())
+    converter["config"].update(scale=1 / 255, offset=None, mean=[0.485, 0.456, 0.406], variance=[0.0625] * 3)
+    path.write_text(json.dumps(converter))
+    config = keras_vit.ViT.from_checkpoint(tmp_path / "preset").config
+    np.testing.assert_allclose(config.input_mean, [0.485 * 255, 0.456 * 255, 0.406 * 255], rtol=1e-6)
+    np.testing.assert_allclose(config.input_std, [0.25 * 255] * 3, rtol=1e-6)
+
+
 def test_a_backbone_preset_fine_tunes_at_a_larger_resolution(tmp_path):
     """A backbone alone (what most Kaggle presets hold besides the task): a preset architecture
     with a new head takes its weights, the position embeddings resampled to a 6x6 grid."""

@@ -135,6 +135,9 @@ def _fields(backbone, task, converter, path):
         scale, offset = converter.get("scale"), converter.get("offset")
         scale = np.broadcast_to(np.asarray(1.0 if scale is None else scale, "float64"), (channels,))
         offset = np.broadcast_to(np.asarray(0.0 if offset is None else offset, "float64"), (channels,))
+        if "mean" in converter and "variance" in converter:  # the converters of early Kaggle presets
+            std = np.sqrt(np.asarray(converter["variance"], "float64"))
+            scale, offset = scale / std, -np.asarray(converter["mean"], "float64") / std
         fields.update(input_mean=tuple(float(m) for m in -offset / scale), input_std=tuple(float(s) for s in 1 / scale))
     return fields
 
