@@ -120,6 +120,20 @@ def test_a_backbone_preset_fine_tunes_at_a_larger_resolution(tmp_path):
     assert np.all(keras.ops.convert_to_numpy(ours.get_layer("head").kernel) == 0)
 
 
+def test_a_bfloat16_model_loads_its_weights(tmp_path):
+    model = classifier()
+    backbone = keras_hub.models.ViTBackbone.from_config({**model.backbone.get_config(), "dtype": "bfloat16"})
+    backbone.set_weights(model.backbone.get_weights())
+    backbone.save(tmp_path / "bf16.keras")
+    ours = keras_vit.ViT.from_checkpoint(tmp_path / "bf16.keras")
+    token = next(w for w in backbone.weights if w.path.endswith("class_token"))
+    assert token.dtype == "bfloat16"
+    np.testing.assert_array_equal(
+        keras.ops.convert_to_numpy(ours.get_layer("class_token").token),
+        keras.ops.convert_to_numpy(keras.ops.cast(token, "float32")),
+    )
+
+
 def test_keras_hub_files_keras_vit_cannot_read_say_why(tmp_path):
     other = tmp_path / "other"
     other.mkdir()

@@ -195,10 +195,7 @@ def _backbone_path(name):
     """A weight's path inside the backbone: `layers/vi_t_backbone/layers/X` (a classifier's
     `.keras` file) and `layers/X` (a backbone's) both become `X`; a classifier's own layers
     (`layers/dense/vars/0`) become `dense/vars/0`."""
-    name = name.removeprefix("layers/")
-    if name.startswith("vi_t_backbone/layers/"):
-        name = name.removeprefix("vi_t_backbone/layers/")
-    return name
+    return name.removeprefix("layers/").removeprefix("vi_t_backbone/layers/")
 
 
 def _dense_order(name):
@@ -222,8 +219,13 @@ def _read_h5(data, where):
 
     def keep(name, item):
         if isinstance(item, h5py.Dataset):
-            value = np.asarray(item[()])
-            tensors[name] = value.astype("float32") if value.dtype.kind == "f" else value
+            if item.attrs.get("dtype") == "bfloat16":  # how Keras marks a bfloat16 variable
+                import ml_dtypes
+
+                tensors[name] = np.array(item, dtype=ml_dtypes.bfloat16).astype("float32")
+            else:
+                value = np.asarray(item[()])
+                tensors[name] = value.astype("float32") if value.dtype.kind == "f" else value
 
     try:
         with h5py.File(io.BytesIO(data), "r") as file:
