@@ -10,8 +10,9 @@ def add_parser(subparsers):
         "convert",
         help="convert an official .npz, timm, Hugging Face or keras-hub checkpoint to a .keras model",
         description="Read a checkpoint (official/big_vision .npz, timm .safetensors/.pth/.bin, a Hugging Face "
-        "model folder, a keras-hub ViT preset folder or .keras file, a known name from `keras_vit.list_checkpoints()`, or a keras_vit .keras model or run "
-        "directory to adapt) and save it as a .keras model. "
+        "model folder, a keras-hub ViT preset folder, .keras file or kaggle:// handle, a known name from "
+        "`keras_vit.list_checkpoints()`, or a keras_vit .keras model or run directory to adapt) and save it as a "
+        ".keras model. "
         "Without --preset the architecture is read off the checkpoint; with it, the preset (and "
         "--image-size/--num-classes) decides and the checkpoint is adapted: position embeddings "
         "resampled, a fresh zero head when the class count differs.",
