@@ -145,6 +145,9 @@ def test_keras_hub_files_keras_vit_cannot_read_say_why(tmp_path):
     (other / "model.weights.h5").unlink()
     with pytest.raises(CheckpointError, match="a keras-hub model without model.weights.h5"):
         keras_vit.ViT.from_checkpoint(other)
+    (other / "model.weights.h5").write_bytes(b"\x89HDF\r\n\x1a\n truncated")
+    with pytest.raises(CheckpointError, match=r"model.weights.h5: not a readable Keras weights file"):
+        keras_vit.ViT.from_checkpoint(other)
     # the mean of the class token and the patch tokens: no keras_vit head reads that
     mixed = keras_hub.models.ViTImageClassifier(classifier().backbone, num_classes=5, pooling="gap")
     mixed.save(tmp_path / "mixed.keras")

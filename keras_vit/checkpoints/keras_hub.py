@@ -69,10 +69,10 @@ def read(path):
     backbone, task = (top["config"]["backbone"], top) if _registered(top) == CLASSIFIER else (top, None)
     if _registered(backbone) != BACKBONE:
         raise CheckpointError(f"{path}: keras-hub model {_registered(top)}; keras_vit reads keras-hub's ViT.")
-    tensors = _read_h5(files.read("model.weights.h5"), f"{path}: model.weights.h5")
+    tensors = _read_h5(files.h5("model.weights.h5"), f"{path}: model.weights.h5")
     if task is None and all(files.has(name) for name in TASK_FILES):  # a classifier's preset
         task = files.json("task.json")
-        tensors.update(_read_h5(files.read("task.weights.h5"), f"{path}: task.weights.h5"))
+        tensors.update(_read_h5(files.h5("task.weights.h5"), f"{path}: task.weights.h5"))
     converter = files.json("image_converter.json") if files.has("image_converter.json") else _find_converter(task)
     fields = _fields(backbone["config"], task and task["config"], converter and converter["config"], path)
     return _to_keras(tensors, fields), fields
@@ -98,6 +98,11 @@ class _Files:
             return (self.path / name).read_bytes()
         with zipfile.ZipFile(self.path) as archive:
             return archive.read(name)
+
+    def h5(self, name):
+        """What h5py opens: a folder's file by its path (not copied into memory), an archive
+        member as bytes."""
+        return str(self.path / name) if self.names is None else io.BytesIO(self.read(name))
 
     def json(self, name):
         try:
@@ -212,7 +217,7 @@ def _square(pair):
     return pair[0] if pair[0] == pair[1] else tuple(pair)
 
 
-def _read_h5(data, where):
+def _read_h5(source, where):
     import h5py
 
     tensors = {}
@@ -228,7 +233,7 @@ def _read_h5(data, where):
                 tensors[name] = value.astype("float32") if value.dtype.kind == "f" else value
 
     try:
-        with h5py.File(io.BytesIO(data), "r") as file:
+        with h5py.File(source, "r") as file:
             file.visititems(keep)
     except OSError as error:
         raise CheckpointError(f"{where}: not a readable Keras weights file ({error}).") from None
