@@ -123,8 +123,8 @@ def _fields(backbone, task, converter, path):
         )
     height, width, channels = backbone["image_shape"]
     fields = dict(
-        image_size=_square((height, width)),
-        patch_size=_square(_pair(backbone["patch_size"])),
+        image_size=(height, width),
+        patch_size=_pair(backbone["patch_size"]),
         hidden_size=backbone["hidden_dim"],
         num_layers=backbone["num_layers"],
         num_heads=backbone["num_heads"],
@@ -191,7 +191,7 @@ def _to_keras(tensors, fields):
         for kernel, ours in zip(heads, named):
             out[f"{ours}/kernel"] = source.pop(kernel)
             out[f"{ours}/bias"] = take(kernel[: -len("0")] + "1", np.zeros(out[f"{ours}/kernel"].shape[1], "float32"))
-    grid = [f // p for f, p in zip(_pair(fields["image_size"]), _pair(fields["patch_size"]))]
+    grid = [f // p for f, p in zip(fields["image_size"], fields["patch_size"])]
     out[GRID_PATH] = np.asarray(grid, "int32")
     return {**out, **source}
 
@@ -210,11 +210,6 @@ def _dense_order(name):
 
 def _pair(size):
     return tuple(size) if isinstance(size, (list, tuple)) else (size, size)
-
-
-def _square(pair):
-    """One number for a square size, as keras_vit's presets write it."""
-    return pair[0] if pair[0] == pair[1] else tuple(pair)
 
 
 def _read_h5(source, where):
