@@ -36,7 +36,7 @@ def load_image(path, transform=None, sample="china.jpg"):
             image.load()
         except UnidentifiedImageError:
             raise ValueError(f"cannot read image {path}: not an image format Pillow reads") from None
-        except OSError as error:  # truncated or corrupt
+        except (OSError, Image.DecompressionBombError) as error:  # truncated or corrupt; too many pixels
             raise ValueError(f"cannot read image {path}: {error}") from None
     if image.mode in SIXTEEN_BIT_MODES:
         # As TensorFlow's decoders (training, the SavedModel) read them: the high byte. Pillow's
@@ -76,12 +76,32 @@ def download(url, timeout=30.0, limit=64 << 20):
 
 
 def encoded_image(path, pixels):
-    """An image file's bytes for a decoder that reads `names.IMAGE_EXTENSIONS` (TensorFlow's, as in
-    a SavedModel's bytes signature): the file itself, else (other formats, and URLs, which are not
-    fetched twice) `pixels` encoded as PNG."""
-    if not is_url(path) and Path(path).suffix.lower() in names.IMAGE_EXTENSIONS:
+    """An image file's bytes for TensorFlow's decoder (`keras_vit.tf_images.decode_image`, as in a
+    SavedModel's bytes signature): the file itself where that decoder reads it as Pillow does
+    (`_served_as_is`), else (other files, and URLs, which are not fetched twice) `pixels` encoded
+    as PNG."""
+    if not is_url(path) and _served_as_is(path):
         return Path(path).read_bytes()
     return png_bytes(pixels)
+
+
+def _served_as_is(path):
+    """Whether TensorFlow decodes the file at `path` to the pixels Pillow gives: JPEG, PNG, GIF, a
+    still WebP and a 24- or 32-bit BMP. Not palette BMPs, which SavedModels exported before the
+    decoder read their colour table took for gray, nor animated WebP, TIFF and the other formats
+    Pillow alone reads, whatever their file names say."""
+    from PIL import Image
+
+    with Image.open(path) as image:
+        if image.format in ("JPEG", "MPO", "PNG", "GIF"):
+            return True
+        if image.format == "WEBP":
+            return not getattr(image, "is_animated", False)
+    if image.format == "BMP":
+        with open(path, "rb") as file:
+            header = file.read(34)
+        return len(header) == 34 and int.from_bytes(header[28:30], "little") in (24, 32)
+    return False
 
 
 def png_bytes(pixels):

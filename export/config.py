@@ -55,7 +55,7 @@ class ExportConfig:
     report_dir: str | None = None
 
     def __post_init__(self):
-        self.modes = (self.modes,) if isinstance(self.modes, str) else tuple(self.modes)
+        self.modes = (self.modes,) if isinstance(self.modes, str) else tuple(dict.fromkeys(self.modes))  # once each
         for path in ("saved_model_dir", "tflite_dir", "report_dir"):
             if getattr(self, path) is not None:  # `~/export` in a YAML file (no shell expands it)
                 setattr(self, path, os.path.expanduser(str(getattr(self, path))))
@@ -76,6 +76,11 @@ class ExportConfig:
             raise ExportError(
                 f"input/output type {self.io_type} applies to none of the modes {', '.join(self.modes)} (the "
                 f"calibrated modes take {takes}; the others float32)."
+            )
+        if not self.name or self.name in (".", "..") or any(c in self.name for c in "/\\\0\n"):
+            raise ExportError(
+                f"name {self.name!r} is not a file name (no folders): it names the NAME_MODE.tflite files and the "
+                "SavedModel's NAME/VERSION folder."
             )
         for name in ("saved_model_dir", "tflite_dir", "report_dir"):
             if getattr(self, name) and Path(getattr(self, name)).is_file():

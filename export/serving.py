@@ -17,8 +17,9 @@ from keras_vit import tf_predict
 from keras_vit.export import frozen
 from keras_vit.export.config import saved_model_policy
 from keras_vit.export.source import ExportError, require_tensorflow_backend
-from keras_vit.names import DATA_SPLIT_FILE, JPEG_DCT_METHOD, LABELS_FILE
+from keras_vit.names import DATA_SPLIT_FILE, LABELS_FILE
 from keras_vit.saving import in_policy
+from keras_vit.tf_images import decode_image
 
 logger = logging.getLogger("keras_vit")
 WARMUP_FILE = "assets.extra/tf_serving_warmup_requests"
@@ -79,15 +80,8 @@ class ServingModule(tf.Module):
         return self._outputs(images)
 
     def _serve_image_bytes(self, image_bytes):
-        def decode(data):
-            # JPEGs as training decodes them (see names.JPEG_DCT_METHOD); other formats as TensorFlow reads them.
-            image = tf.cond(
-                tf.io.is_jpeg(data),
-                lambda: tf.io.decode_jpeg(data, channels=3, dct_method=JPEG_DCT_METHOD),
-                lambda: tf.io.decode_image(data, channels=3, expand_animations=False),
-            )
-            image.set_shape([None, None, 3])
-            return self._transform(image)
+        def decode(data):  # as training decodes its files
+            return self._transform(decode_image(data))
 
         spec = tf.TensorSpec(self._size + (3,), tf.float32)
         return self._outputs(tf.map_fn(decode, image_bytes, fn_output_signature=spec))

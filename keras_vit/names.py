@@ -45,7 +45,7 @@ DATA_SPLIT_FILE = "data_split.json"
 IMAGE_TRANSFORM_FILE = "image_transform.json"
 
 # Image files read from folders (training's class folders, `keras-vit predict FOLDER`): the
-# formats TensorFlow's decode_image reads.
+# formats `keras_vit.tf_images.decode_image` reads.
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp")
 
 # A run directory (keras-vit train): the resolved config, the class names, the evaluation, and the

@@ -211,7 +211,9 @@ def test_sixteen_bit_images_read_as_tensorflow_decodes_them(tmp_path):
     assert pixels.shape == (20, 30, 3) and pixels.dtype == np.uint8
     np.testing.assert_array_equal(pixels[..., 0], (values >> 8).astype(np.uint8))
     tf = pytest.importorskip("tensorflow")
-    decoded = tf.io.decode_image((tmp_path / "deep.png").read_bytes(), channels=3, expand_animations=False)
+    from keras_vit.tf_images import decode_image
+
+    decoded = decode_image(tf.constant((tmp_path / "deep.png").read_bytes()))
     np.testing.assert_array_equal(pixels, decoded.numpy())
 
 

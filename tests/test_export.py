@@ -697,6 +697,11 @@ def test_which_paths_predict_takes_as_exported_files(tmp_path):
     # `--tflite app/model.tflite` made a folder of that name with vit_int8.tflite inside
     with pytest.raises(ExportError, match=r"tflite_dir app/model.tflite names a file; it is the folder the vit_MODE"):
         ExportConfig(tflite_dir="app/model.tflite")
+    # refused before any work: each had failed only when moving the files into place, leaving some behind
+    for name in ("../up", "a/b", "", ".."):
+        with pytest.raises(ExportError, match=r"is not a file name \(no folders\): it names the NAME_MODE.tflite"):
+            ExportConfig(tflite_dir="t", name=name)
+    assert ExportConfig(tflite_dir="t", modes=["int8", "float32", "int8"]).modes == ("int8", "float32")
     from keras_vit.export.exported import is_exported, load_exported
 
     for version in ("a/vit/1", "a/vit/2", "b/vit/1", "b/other/1", "run/vit/1"):

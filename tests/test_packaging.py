@@ -37,12 +37,13 @@ def test_setup_cfg_lists_every_package():
 # Modules that import a framework lazily, only where it is there: the torch checkpoint reader
 # (torch.load reads a file format), JAX's stateless `predict_on_batch` and GPU training attention,
 # the initializers' check for a JAX trace, TensorFlow's training kernels and frozen inference
-# (each taken on its own backend only).
+# (each taken on its own backend only), and the TensorFlow image decoder of training and export.
 ALLOWED = {
     "keras_vit/checkpoints/files.py": ("import torch",),
     "keras_vit/initializers.py": ("import jax",),
     "keras_vit/jax_attention.py": ("import jax",),
     "keras_vit/jax_predict.py": ("import jax",),
+    "keras_vit/tf_images.py": ("import tensorflow",),
     "keras_vit/tf_kernels.py": ("import tensorflow",),
     "keras_vit/tf_predict.py": ("import tensorflow", "from tensorflow"),
 }

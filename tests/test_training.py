@@ -1467,3 +1467,29 @@ def test_folder_images_decode_as_pillow_decodes_them(tmp_path):
         (tmp_path / "data" / label).mkdir(parents=True)
         (tmp_path / "data" / label / "x.webp").write_bytes((tmp_path / "lossy.webp").read_bytes())
     assert [name for name, _, _ in datasets._list_images(tmp_path / "data", ["a", "b"])] == ["a/x.webp", "b/x.webp"]
+
+
+def test_folder_names_and_links_that_tensorflow_or_labels_txt_cannot_take(tmp_path, caplog):
+    """A file name that is not UTF-8 trains (TensorFlow gets the bytes the file system holds); a
+    link to nothing is skipped as unreadable; a class name with a line break or that is not UTF-8
+    (it becomes a line of labels.txt) is refused up front. Each stopped training before."""
+    data = tmp_path / "data"
+    pixels = np.random.default_rng(0).integers(0, 256, (8, 8, 3)).astype(np.uint8)
+    for label in ("a", "b"):
+        (data / label).mkdir(parents=True)
+        for i in range(3):
+            Image.fromarray(pixels).save(data / label / f"{i}.png")
+    os.rename(data / "a" / "0.png", os.fsencode(data / "a") + b"/x\xfey.png")
+    (data / "b" / "broken.png").symlink_to(tmp_path / "nowhere.png")
+    with caplog.at_level("WARNING", logger="keras_vit"):
+        source = datasets.folder(data)
+    assert source.num_train + source.num_eval == 6 and source.skipped == 1
+    assert "skipped 1 unreadable image(s)" in caplog.text and "broken.png" in caplog.text
+    images = [image for image, _ in source.eval.concatenate(source.records.map(lambda f, y: (source.decode(f), y)))]
+    assert len(images) == 6 and all(np.array_equal(image.numpy(), pixels) for image in images)
+    for name in ("two\nlines", os.fsdecode(b"not\xffutf8")):
+        (data / name).mkdir()
+        Image.fromarray(pixels).save(data / name / "0.png")
+        with pytest.raises(ValueError, match=r"rename the class folder .*; a class name is one line of UTF-8 text"):
+            datasets.folder(data)
+        shutil.rmtree(data / name)

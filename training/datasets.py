@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from keras_vit.names import IMAGE_EXTENSIONS, JPEG_DCT_METHOD, WHOLE_SPLIT, cache_home
+from keras_vit.names import IMAGE_EXTENSIONS, WHOLE_SPLIT, cache_home
+from keras_vit.tf_images import decode_image
 
 logger = logging.getLogger("keras_vit")
 # Records permuted together for a source that cannot be shuffled whole: a tfds split's, still
@@ -185,6 +186,9 @@ def folder(path, validation_fraction=0.2, seed=0, selection_fraction=0.0):
     classes = sorted(p.name for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))
     if not classes:
         raise ValueError(f"{path} has no class sub-folders (expected {path}/CLASS_NAME/image.jpg).")
+    for name in classes:  # each becomes one line of labels.txt
+        if name.splitlines() != [name] or not _is_utf8(name):
+            raise ValueError(f"{path}: rename the class folder {name!r}; a class name is one line of UTF-8 text.")
     listed = _list_images(path, classes)
     if not listed:
         raise ValueError(f"{path} has no readable images ({', '.join(IMAGE_EXTENSIONS)}) in its class folders.")
@@ -205,7 +209,7 @@ def folder(path, validation_fraction=0.2, seed=0, selection_fraction=0.0):
     if skipped and (str(path), len(skipped)) not in _WARNED:  # once per process (fit then evaluates)
         _WARNED.add((str(path), len(skipped)))
         logger.warning("keras_vit: skipped %d unreadable image(s) in %s, e.g. %s", len(skipped), path, skipped[0])
-    files = np.array([str(path / name) for name, _ in readable])
+    files = _tensor_paths([path / name for name, _ in readable])
     labels = np.array([label for _, label in readable])
     train, select, held_out = _three_way_split(labels, validation_fraction, selection_fraction, seed)
     if not len(held_out):
@@ -258,15 +262,17 @@ class FolderIndex:
         verdicts, unknown = {}, []
         for name, _, stamp in listed:
             entry = known.get(name)
-            if entry is not None and entry[:2] == list(stamp):
+            if stamp is None:  # a link to nothing
+                verdicts[name] = False
+            elif entry is not None and entry[:2] == list(stamp):
                 verdicts[name] = bool(entry[2])
             else:
                 unknown.append(name)
         if unknown:
-            good = _decodable([str(self.path / name) for name in unknown])
+            good = _decodable(_tensor_paths([self.path / name for name in unknown]))
             verdicts.update({name: i in good for i, name in enumerate(unknown)})
-            stamps = {name: stamp for name, _, stamp in listed}
-            self._write({name: [*stamps[name], int(ok)] for name, ok in verdicts.items()})
+            stamps = {name: stamp for name, _, stamp in listed if stamp is not None}
+            self._write({name: [*stamps[name], int(ok)] for name, ok in verdicts.items() if name in stamps})
         return verdicts
 
     def _read(self):
@@ -287,8 +293,8 @@ class FolderIndex:
 
 
 def _list_images(path, classes):
-    """`(name relative to path, label, (size, mtime_ns))` of every image, class folders listed
-    in parallel threads, in a stable order."""
+    """`(name relative to path, label, (size, mtime_ns), or None for a broken link)` of every
+    image, class folders listed in parallel threads, in a stable order."""
 
     def walk(label_and_name):
         label, name = label_and_name
@@ -297,12 +303,32 @@ def _list_images(path, classes):
             for file in names:
                 if Path(file).suffix.lower() in IMAGE_EXTENSIONS:
                     full = os.path.join(root, file)
-                    stat = os.stat(full)
-                    found.append((os.path.relpath(full, path), label, (stat.st_size, stat.st_mtime_ns)))
+                    try:
+                        stat = os.stat(full)
+                    except OSError:  # a broken link: skipped as unreadable
+                        stamp = None
+                    else:
+                        stamp = (stat.st_size, stat.st_mtime_ns)
+                    found.append((os.path.relpath(full, path), label, stamp))
         return sorted(found)
 
     with ThreadPoolExecutor(max_workers=min(16, len(classes))) as pool:
         return [entry for entries in pool.map(walk, enumerate(classes)) for entry in entries]
+
+
+def _is_utf8(name):
+    """Whether a file name is UTF-8 (Python keeps other bytes as surrogates, which do not encode)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _tensor_paths(paths):
+    """File paths as the bytes the file system holds, for TensorFlow: a name that is not UTF-8
+    (which Python keeps as surrogates) cannot become a string tensor as `str`."""
+    return np.array([os.fsencode(p) for p in paths], dtype=object)
 
 
 def _decodable(files):
@@ -317,7 +343,7 @@ def _decodable(files):
         rows = tf.cond(
             whole_jpeg,
             lambda: tf.image.extract_jpeg_shape(data)[0],
-            lambda: tf.shape(tf.io.decode_image(data, channels=3, expand_animations=False))[0],
+            lambda: tf.shape(decode_image(data))[0],
         )
         return i, rows
 
@@ -386,7 +412,7 @@ def tfds_source(name, train_split=None, eval_split=None, selection_fraction=0.0)
     if isinstance(feature, tfds.features.Image) and feature.np_dtype == np.uint8:
         # The stored bytes, decoded as folders and the SavedModel decode them (JPEGs with the
         # exact IDCT, as Pillow); tfds's own decoder takes TensorFlow's fast IDCT.
-        to_rgb, decoders = _decode_image, {image_key: tfds.decode.SkipDecoding()}
+        to_rgb, decoders = decode_image, {image_key: tfds.decode.SkipDecoding()}
     datasets, counts = [], []
     for split in (train_split, eval_split, select_split):
         if split is None:
@@ -446,19 +472,7 @@ def network_available(host="storage.googleapis.com", timeout=3.0):
 
 
 def _decode_file(path):
-    return _decode_image(tf.io.read_file(path))
-
-
-def _decode_image(data):
-    """An encoded image -> uint8 RGB `(H, W, 3)` (RGBA, gray, palette, CMYK too; a GIF's first
-    frame; 16-bit images scaled to 8), JPEGs with `JPEG_DCT_METHOD` as Pillow decodes them."""
-    image = tf.cond(
-        tf.io.is_jpeg(data),
-        lambda: tf.io.decode_jpeg(data, channels=3, dct_method=JPEG_DCT_METHOD),
-        lambda: tf.io.decode_image(data, channels=3, expand_animations=False),
-    )
-    image.set_shape([None, None, 3])
-    return image
+    return decode_image(tf.io.read_file(path))
 
 
 def _to_rgb(image):
