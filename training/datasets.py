@@ -248,6 +248,7 @@ class FolderIndex:
     time changes."""
 
     NAME = ".keras_vit_index.json"
+    VERSION = 2  # 2: palette BMPs of 1 and 4 bits decode (tf_images); files checked before are checked again
 
     def __init__(self, path):
         self.path = Path(path)
@@ -278,7 +279,7 @@ class FolderIndex:
     def _read(self):
         try:
             data = json.loads(self.file.read_text())
-            return data["files"] if data.get("version") == 1 else {}
+            return data["files"] if data.get("version") == self.VERSION else {}
         except (OSError, ValueError, KeyError, TypeError):
             return {}
 
@@ -286,7 +287,7 @@ class FolderIndex:
         try:
             self.file.parent.mkdir(parents=True, exist_ok=True)
             temporary = self.file.with_name(self.file.name + f".{os.getpid()}.tmp")
-            temporary.write_text(json.dumps({"version": 1, "files": files}))
+            temporary.write_text(json.dumps({"version": self.VERSION, "files": files}))
             os.replace(temporary, self.file)
         except OSError as error:  # a cache only: the next command checks again
             logger.warning("keras_vit: cannot write the folder index %s (%s)", self.file, error)
