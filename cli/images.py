@@ -113,9 +113,17 @@ def png_bytes(pixels):
     return buffer.getvalue()
 
 
+def _listed(path, folder):
+    """Whether `path`, found in `folder`, is an image file a folder argument stands for: not hidden
+    (as training's class folders are listed), with one of `names.IMAGE_EXTENSIONS`."""
+    hidden = any(part.startswith(".") for part in path.relative_to(folder).parts)
+    return not hidden and path.suffix.lower() in names.IMAGE_EXTENSIONS and path.is_file()
+
+
 def image_files(arguments, folders=True):
     """`(path, in_folder)` for each image argument: a file or an http(s) URL as given, a folder as
-    the files in it and its sub-folders whose suffix is one of `names.IMAGE_EXTENSIONS`, sorted.
+    the files in it and its sub-folders whose suffix is one of `names.IMAGE_EXTENSIONS`, sorted
+    (hidden ones left out).
     Raises FileNotFoundError, naming the first, for arguments that do not exist and folders
     without images, and IsADirectoryError for any folder when `folders` is False."""
     files = []
@@ -127,7 +135,7 @@ def image_files(arguments, folders=True):
         if argument.is_dir() and not folders:
             raise IsADirectoryError(f"{given} is a folder: name its image files")
         if argument.is_dir():
-            found = sorted(p for p in argument.rglob("*") if p.suffix.lower() in names.IMAGE_EXTENSIONS and p.is_file())
+            found = sorted(p for p in argument.rglob("*") if _listed(p, argument))
             if not found:
                 raise FileNotFoundError(f"{argument} holds no images ({', '.join(names.IMAGE_EXTENSIONS)}).")
             files += [(path, True) for path in found]

@@ -417,7 +417,7 @@ def _predict_exported(args, images, chunk=256):
     while batch := list(itertools.islice(stream, chunk)):
         probabilities = model.probabilities(batch)
         classes = probabilities.shape[-1]
-        names = names or index_names(classes)
+        names = index_names(classes) if names is None else names  # an empty --labels file is a mismatch too
         if len(names) != classes:
             raise ValueError(f"{len(names)} label names for a model of {classes} classes.")
         for p in probabilities:

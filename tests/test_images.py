@@ -130,3 +130,12 @@ def test_an_image_over_pillows_pixel_limit_is_refused_in_one_line(tmp_path, monk
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 500)  # 1,200 pixels: over twice the limit
     with pytest.raises(ValueError, match=r"cannot read image \S+huge\.png: Image size \(1200 pixels\) exceeds limit"):
         load_image(tmp_path / "huge.png")
+
+
+def test_a_folder_argument_stands_for_its_images_not_hidden_ones(tmp_path):
+    from keras_vit_cli.images import image_files
+
+    for name in ("b.png", "sub/a.JPG", ".hidden/c.png", "sub/._a.JPG", "notes.txt"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"")
+    assert image_files([tmp_path]) == [(tmp_path / "b.png", True), (tmp_path / "sub" / "a.JPG", True)]

@@ -286,6 +286,9 @@ def test_predict_answers_from_the_exported_files(exported, journey):
     assert all(1.0 >= a["top_k"][0]["probability"] >= a["top_k"][1]["probability"] >= 0.0 for a in answers)
     refused = run(KERAS_VIT, "predict", home / "serving", images[0], "--crop", "0.9", expect=2)
     assert "a SavedModel crops and resizes in its own graph" in refused.stderr
+    (home / "empty_labels.txt").write_text("")  # was taken as no labels file: the model's own names
+    refused = run(KERAS_VIT, "predict", tflite, images[0], "--labels", home / "empty_labels.txt", expect=2)
+    assert "0 label names for a model of 10 classes" in refused.stderr
     several = run(KERAS_VIT, "predict", home / "tflite", images[0], expect=2)
     assert "holds the LiteRT files vit_dynamic.tflite, vit_float16.tflite" in several.stderr, several.stderr
     one = home / "one_tflite"

@@ -583,7 +583,9 @@ def test_tfds_offline_and_unknown_fail_fast(monkeypatch, tmp_path, caplog):
         (["--selection-fraction", "1"], "selection_fraction must be in [0, 1); got 1.0"),
         (["--image-size", "0"], "`image_size` must be positive; got 0."),  # was taken as "not given"
         (["--steps-per-execution", "8"], "steps_per_execution 8 does not divide the 44 steps of an epoch"),
-        (["--learning-rate", "-1"], "learning_rate must be > 0.0; got -1.0."),  # trained to a loss of 2.6e5
+        (["--learning-rate", "-1"], "learning_rate must be finite and > 0.0; got -1.0."),  # trained to a loss of 2.6e5
+        (["--learning-rate", "inf"], "learning_rate must be finite and > 0.0; got inf."),  # stopped on a NaN loss
+        (["--seed", "-1"], "seed must be in [0, 2**32); got -1."),  # NumPy's line, without the option's name
         (["--dataset", ""], "unknown dataset ''"),  # was the working directory as an image folder
         (["--weight-decay", "-0.1"], "weight_decay must be >= 0.0; got -0.1."),
         (["--label-smoothing", "1"], "label_smoothing must be in [0.0, 1.0); got 1.0."),
@@ -1471,8 +1473,9 @@ def test_folder_images_decode_as_pillow_decodes_them(tmp_path):
 
 def test_folder_names_and_links_that_tensorflow_or_labels_txt_cannot_take(tmp_path, caplog):
     """A file name that is not UTF-8 trains (TensorFlow gets the bytes the file system holds); a
-    link to nothing is skipped as unreadable; a class name with a line break or that is not UTF-8
-    (it becomes a line of labels.txt) is refused up front. Each stopped training before."""
+    link to nothing is skipped as unreadable; hidden files and folders are left out; a class
+    name with a line break or that is not UTF-8 (it becomes a line of labels.txt) is refused up
+    front. The first two stopped training before, the class names made its run unusable."""
     data = tmp_path / "data"
     pixels = np.random.default_rng(0).integers(0, 256, (8, 8, 3)).astype(np.uint8)
     for label in ("a", "b"):
@@ -1481,6 +1484,9 @@ def test_folder_names_and_links_that_tensorflow_or_labels_txt_cannot_take(tmp_pa
             Image.fromarray(pixels).save(data / label / f"{i}.png")
     os.rename(data / "a" / "0.png", os.fsencode(data / "a") + b"/x\xfey.png")
     (data / "b" / "broken.png").symlink_to(tmp_path / "nowhere.png")
+    (data / "a" / ".thumbnails").mkdir()  # hidden, as hidden class folders: not images of the class
+    Image.fromarray(pixels).save(data / "a" / ".thumbnails" / "0.png")
+    (data / "a" / "._1.png").write_bytes(b"\0\5\26\7")  # macOS's metadata beside 1.png: not counted as unreadable
     with caplog.at_level("WARNING", logger="keras_vit"):
         source = datasets.folder(data)
     assert source.num_train + source.num_eval == 6 and source.skipped == 1
@@ -1493,3 +1499,42 @@ def test_folder_names_and_links_that_tensorflow_or_labels_txt_cannot_take(tmp_pa
         with pytest.raises(ValueError, match=r"rename the class folder .*; a class name is one line of UTF-8 text"):
             datasets.folder(data)
         shutil.rmtree(data / name)
+
+
+def test_a_folder_changed_since_the_run_split_it_is_refused_not_split_again(tmp_path):
+    """Images added to a run's folder would move some of its training images into the held-out
+    share that `evaluate` and an export's checks read (the split is drawn over the files as
+    listed), and a resumed run would train on held-out ones: the run records the folder's
+    fingerprint and each refuses a folder that no longer has it."""
+    from keras_vit import saving
+    from keras_vit.training import export_samples, held_out_images
+
+    _write_folder(tmp_path / "data")
+    run_dir = tmp_path / "run"
+    config = TrainConfig(
+        dataset=str(tmp_path / "data"), run_dir=str(run_dir), model=SMALL_MODEL, epochs=1, batch_size=4
+    )
+    own = fit(config, verbose=0)
+    recorded = yaml.safe_load((run_dir / "config.yaml").read_text())["data_fingerprint"]
+    assert re.fullmatch(r"12 images, sha256 [0-9a-f]{16}", recorded)
+    model = saving.load_model(run_dir)
+    record = export_samples(model, run_dir)["data_split"]
+    assert record["data_fingerprint"] == recorded  # what an export records, and checks on evaluation
+    Image.fromarray(np.zeros((20, 24, 3), np.uint8)).save(tmp_path / "data" / "cat" / "new.png")
+    refused = r"data has changed since the run split it \(12 images then, 13 images now\), so which images it held out"
+    for call in (
+        lambda: evaluate(run_dir),
+        lambda: evaluate(run_dir / "best.keras", dataset=str(tmp_path / "data")),
+        lambda: export_samples(model, run_dir),
+        lambda: held_out_images(None, recorded=record),
+    ):
+        with pytest.raises(ValueError, match=refused):
+            call()
+    (run_dir / "eval.json").unlink()  # as a run stopped before its end: resuming refuses too
+    with pytest.raises(ValueError, match=refused):
+        fit(config, verbose=0)
+    assert fit(config, overwrite=True, verbose=0)["num_examples"] == 2  # a new run, a new split
+    (tmp_path / "data" / "cat" / "new.png").unlink()
+    with pytest.raises(ValueError, match=r"\(13 images then, 12 images now\)"):
+        evaluate(run_dir)
+    assert own["num_examples"] == 2

@@ -26,7 +26,15 @@ DIGITS_MODEL = dict(
 )
 
 # The fields that decide which examples a run trains on and which it holds out.
-SPLIT_FIELDS = ("dataset", "train_split", "eval_split", "validation_fraction", "selection_fraction", "seed")
+SPLIT_FIELDS = (
+    "dataset",
+    "train_split",
+    "eval_split",
+    "validation_fraction",
+    "selection_fraction",
+    "seed",
+    "data_fingerprint",
+)
 
 
 @dataclasses.dataclass
@@ -80,6 +88,10 @@ class TrainConfig:
     steps_per_execution: int | None = None
     checkpoint_interval: float = 30.0  # seconds between backup (also mid-epoch) and last.keras saves (0: every epoch)
     seed: int = 0
+    # An image folder's readable files when the run split it ("N images, sha256 HEX"), written by
+    # training: a folder changed since (files added, removed or renamed) would split otherwise, so
+    # its held-out share would hold training images; such a folder is refused. None: not recorded.
+    data_fingerprint: str | None = None
 
     def __post_init__(self):
         check_types(self, "training option")
@@ -115,9 +127,17 @@ class TrainConfig:
                 raise ValueError(f"{name} must be positive; got {getattr(self, name)}.")
         for name, low, high in _RANGES:
             value = getattr(self, name)
-            if value is not None and not (value > low if high is None else low <= value < high):
-                bound = f"> {low}" if high is None else f">= {low}" if high == float("inf") else f"in [{low}, {high})"
+            if value is not None and not (low < value < float("inf") if high is None else low <= value < high):
+                bound = (
+                    f"finite and > {low}"
+                    if high is None
+                    else f">= {low}"
+                    if high == float("inf")
+                    else f"in [{low}, {high})"
+                )
                 raise ValueError(f"{name} must be {bound}; got {value}.")
+        if not 0 <= self.seed < 2**32:
+            raise ValueError(f"seed must be in [0, 2**32); got {self.seed}.")
         if self.ema is not None and not 0.0 < self.ema < 1.0:
             raise ValueError(f"ema (the moving average's momentum) must be in (0, 1); got {self.ema}.")
         if self.randaugment is not None and not 0.0 < self.randaugment <= 1.0:
@@ -201,7 +221,7 @@ def dataset_name(dataset):
     return dataset if dataset == "digits" else Path(dataset).resolve().name
 
 
-# Numeric options and their ranges: (name, low, high) is [low, high); high None: above low.
+# Numeric options and their ranges: (name, low, high) is [low, high); high None: finite, above low.
 _RANGES = (
     ("learning_rate", 0.0, None),
     ("base_batch_size", 0, None),

@@ -46,6 +46,7 @@ class Source:
     select: tf.data.Dataset | None = None  # None: no selection split (best.keras is the last epoch)
     num_select: int = 0
     skipped: int = 0  # unreadable files left out
+    fingerprint: str | None = None  # an image folder's readable files, as `_fingerprint` gives it
     decode: object = None  # record -> uint8 image (H, W, 3); None: the records are images
     shuffle_buffer: int | None = None  # records permuted together in a pass; None: the whole split
     drop_undecodable: bool = False  # a record `decode` fails on is stepped over (a folder's broken JPEG)
@@ -133,7 +134,7 @@ def load(config):
         return tfds_source(config.dataset[5:], config.train_split, config.eval_split, config.selection_fraction)
     path = Path(config.dataset)
     if config.dataset.strip() and path.is_dir():  # Path("") is the working directory
-        return folder(path, fraction, config.seed, config.selection_fraction)
+        return folder(path, fraction, config.seed, config.selection_fraction, config.data_fingerprint)
     if path.is_file():
         raise ValueError(f"dataset {config.dataset!r} is a file; an image folder holds one sub-folder per class.")
     if "/" in config.dataset or os.sep in config.dataset:
@@ -172,9 +173,10 @@ def digits(validation_fraction=0.2, seed=0, selection_fraction=0.0):
     )
 
 
-def folder(path, validation_fraction=0.2, seed=0, selection_fraction=0.0):
+def folder(path, validation_fraction=0.2, seed=0, selection_fraction=0.0, fingerprint=None):
     """One sub-folder per class of JPEG/PNG/BMP/GIF/WebP files, split as `digits` is; grayscale,
-    CMYK, palette and RGBA images become RGB.
+    CMYK, palette and RGBA images become RGB. `fingerprint`: the readable files' fingerprint when
+    the run split the folder (`Source.fingerprint`); a folder that no longer has it is refused.
 
     Files are listed in parallel and checked by TensorFlow in a parallel tf.data pass (see
     `_decodable`), so unreadable files are skipped, and counted in one warning,
@@ -209,6 +211,13 @@ def folder(path, validation_fraction=0.2, seed=0, selection_fraction=0.0):
     if skipped and (str(path), len(skipped)) not in _WARNED:  # once per process (fit then evaluates)
         _WARNED.add((str(path), len(skipped)))
         logger.warning("keras_vit: skipped %d unreadable image(s) in %s, e.g. %s", len(skipped), path, skipped[0])
+    now = _fingerprint(readable)
+    if fingerprint is not None and fingerprint != now:
+        raise ValueError(
+            f"{path} has changed since the run split it ({fingerprint.split(',')[0]} then, {now.split(',')[0]} now), "
+            "so which images it held out can no longer be told: put the folder back as it was; evaluate on images "
+            "the model never saw (--dataset FOLDER --split all); or train anew (--overwrite)."
+        )
     files = _tensor_paths([path / name for name, _ in readable])
     labels = np.array([label for _, label in readable])
     train, select, held_out = _three_way_split(labels, validation_fraction, selection_fraction, seed)
@@ -234,6 +243,7 @@ def folder(path, validation_fraction=0.2, seed=0, selection_fraction=0.0):
         images(select) if len(select) else None,
         len(select),
         skipped=len(skipped),
+        fingerprint=now,
         decode=_decode_file,
         # A JPEG broken inside its pixel data passes the check: training steps over it.
         drop_undecodable=True,
@@ -295,14 +305,16 @@ class FolderIndex:
 
 def _list_images(path, classes):
     """`(name relative to path, label, (size, mtime_ns), or None for a broken link)` of every
-    image, class folders listed in parallel threads, in a stable order."""
+    image not hidden (no name starting with a dot), class folders listed in parallel threads, in
+    a stable order."""
 
     def walk(label_and_name):
         label, name = label_and_name
         found = []
-        for root, _, names in os.walk(path / name):
+        for root, folders, names in os.walk(path / name):
+            folders[:] = [f for f in folders if not f.startswith(".")]  # hidden, as hidden class folders
             for file in names:
-                if Path(file).suffix.lower() in IMAGE_EXTENSIONS:
+                if Path(file).suffix.lower() in IMAGE_EXTENSIONS and not file.startswith("."):  # not macOS's ._x.jpg
                     full = os.path.join(root, file)
                     try:
                         stat = os.stat(full)
@@ -315,6 +327,14 @@ def _list_images(path, classes):
 
     with ThreadPoolExecutor(max_workers=min(16, len(classes))) as pool:
         return [entry for entries in pool.map(walk, enumerate(classes)) for entry in entries]
+
+
+def _fingerprint(readable):
+    """ "N images, sha256 HEX" of a folder's readable `(name, label)` files, which decide its split."""
+    digest = hashlib.sha256()
+    for name, _ in sorted(readable):
+        digest.update(os.fsencode(name) + b"\0")
+    return f"{len(readable)} images, sha256 {digest.hexdigest()[:16]}"
 
 
 def _is_utf8(name):

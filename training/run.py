@@ -58,7 +58,11 @@ def fit(config, overwrite=False, verbose=None):
     # Other workers and processes keep only their own resume state, in worker_N/backup.
     backup_dir = run_dir / names.RUN_BACKUP if chief else run_dir / f"worker_{placement.task_index}" / names.RUN_BACKUP
     global_batch = _resumed_global_batch(c, placement.replicas, backup_dir)
+    # The folder as this run split it when it started (a run resumed on a changed folder is refused);
+    # training records the fingerprint, whatever a config file copied from another run says.
+    c = dataclasses.replace(c, data_fingerprint=_stored_fingerprint(run_dir, overwrite))
     source = datasets.load(c)
+    c = dataclasses.replace(c, data_fingerprint=source.fingerprint)
     steps_per_epoch, epochs = recipes.schedule(c, source.num_train, global_batch)
     # The small digits model on one device runs fastest under XLA, many steps per call (Keras's
     # multi-step loop fails under tf.distribute's Mirrored strategies; under PyTorch it takes one
@@ -126,7 +130,7 @@ def fit(config, overwrite=False, verbose=None):
     if jit_compile and not placement.supports_jit:
         logger.warning("keras_vit: XLA (jit_compile) is off for %s", placement.description)
     logger.info(
-        "keras_vit: training on %s, global batch %d, %s; %s, peak learning rate %.3g, %d epoch%s of %d steps",
+        "keras_vit: training on %s, global batch %d, %s; %s, peak learning rate %.3g, %d epoch%s of %d step%s",
         placement.description,
         global_batch,
         _execution(model.jit_compile),
@@ -135,6 +139,7 @@ def fit(config, overwrite=False, verbose=None):
         epochs,
         "" if epochs == 1 else "s",
         steps_per_epoch,
+        "" if steps_per_epoch == 1 else "s",
     )
     _store_config(c)
     if chief:
@@ -540,10 +545,19 @@ def _store_config(c):
     (Path(c.run_dir) / CONFIG_FILE).write_text(_config_text(c))
 
 
+def _stored_fingerprint(run_dir, overwrite):
+    """The data fingerprint the run in `run_dir` recorded, unless it is being replaced."""
+    stored = run_dir / CONFIG_FILE
+    if overwrite or not stored.is_file():
+        return None
+    return (yaml.safe_load(stored.read_text()) or {}).get("data_fingerprint")
+
+
 def _differs(field, before, after):
     """Whether a config field changed: a dataset or weights path spelt otherwise (`./data/`
-    for `data`) names the same place."""
-    if before == after:
+    for `data`) names the same place; the data fingerprint, which training records, is checked
+    against the data itself (`datasets.folder`)."""
+    if before == after or field == "data_fingerprint":
         return False
     paths = field in ("dataset", "weights") and isinstance(before, str) and isinstance(after, str)
     return not (paths and same_data(before, after))
