@@ -36,8 +36,13 @@ def run(args):
     output = Path(args.output)
     if output.suffix != ".keras":
         raise CommandError(f"the output must be a .keras file; got {args.output}.")
+    if output.is_dir():
+        raise CommandError(f"{output} is a folder; the output is a .keras file.")
     if output.exists() and not args.overwrite:
         raise CommandError(f"{output} exists; pass --overwrite to replace it.")
+    blocking = next((parent for parent in output.parents if parent.exists() and not parent.is_dir()), None)
+    if blocking is not None:
+        raise CommandError(f"cannot write {output}: {blocking} is a file, not a folder.")
     overrides = model_overrides(args)
     if args.preset:
         model = keras_vit.ViT.from_preset(args.preset, weights=args.source, **overrides)

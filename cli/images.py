@@ -11,9 +11,10 @@ from keras_vit_cli.names import names
 SIXTEEN_BIT_MODES = ("I;16", "I;16B", "I;16L", "I;16N")
 
 
-def load_image(path, transform=None, sample="china.jpg"):
-    """Returns (pixels `(H, W, 3)`, description): uint8 as decoded, or through `transform` (a
-    model's `image_transform`: float32 at the model's size) when given.
+def load_image(path, transform=None, sample="china.jpg", channels=3):
+    """Returns (pixels `(H, W, channels)`, description): uint8 as decoded, or through `transform`
+    (a model's `image_transform`: float32 at the model's size) when given. `channels`: 3 (RGB)
+    or 1 (grayscale, for a model built with `channels=1`).
 
     Without `path`, the photo `sample` bundled with scikit-learn is used (no download)."""
     from PIL import Image, UnidentifiedImageError
@@ -43,6 +44,10 @@ def load_image(path, transform=None, sample="china.jpg"):
         # own conversion clips at 255, which turned 16-bit grayscale images white.
         image = Image.fromarray((np.asarray(image).astype(np.int64).clip(0, 65535) >> 8).astype(np.uint8))
     pixels = np.asarray(image.convert("RGB"), dtype=np.uint8)  # grayscale, CMYK, palette, RGBA -> RGB
+    if channels != 3:
+        from keras_vit.transform import to_channels  # imports Keras
+
+        pixels = to_channels(pixels, channels)
     if transform is not None:
         import keras
 

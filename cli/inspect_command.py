@@ -34,13 +34,13 @@ def run(args):
         raise ValueError(f"--out {out} is a file; inspect writes its figures into a folder.")
     image_io.image_files(args.images or [], folders=False)
     model = load_model(args.model)
-    transform = model.image_transform  # as the model is evaluated
+    transform, channels = model.image_transform, model.config.channels  # as the model is evaluated
     if args.images:
-        pixels = np.stack([image_io.load_image(p, transform)[0] for p in args.images])
+        pixels = np.stack([image_io.load_image(p, transform, channels=channels)[0] for p in args.images])
         image_names = [Path(p).name for p in args.images]
     else:
         image_names = ["china.jpg", "flower.jpg"]
-        pixels = np.stack([image_io.load_image(None, transform, sample=n)[0] for n in image_names])
+        pixels = np.stack([image_io.load_image(None, transform, sample=n, channels=channels)[0] for n in image_names])
     ext = args.format
     written = []
     if model.config.resnet_layers is None:

@@ -44,7 +44,7 @@ def run(args):
     else:
         config = keras_vit.get_config(args.model, **model_overrides(args))  # validates before any heavy work
     transform = ImageTransform.of(config)
-    image, source = image_io.load_image(args.image, transform)
+    image, source = image_io.load_image(args.image, transform, channels=config.channels)
     if not trained:
         model = keras_vit.ViT(config, dtype=args.dtype, name=args.model)
     model.summary(line_length=96)

@@ -52,7 +52,9 @@ def run(args):
     plot.figure_path(args.out)  # bad input fails before the model loads
     image_io.image_files(args.images, folders=False)
     model = load_model(args.model)
-    pixels = np.stack([image_io.load_image(path, model.image_transform)[0] for path in args.images])
+    pixels = np.stack(
+        [image_io.load_image(path, model.image_transform, channels=model.config.channels)[0] for path in args.images]
+    )
     image_names = [Path(p).name for p in args.images]
     if args.method == "attention":
         maps = inspect.class_token_attention(model, pixels)

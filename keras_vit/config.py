@@ -2,6 +2,7 @@
 
 import dataclasses
 import difflib
+import math
 import numbers
 import re
 import types
@@ -153,7 +154,20 @@ class ViTConfig:
         if len(self.input_mean) != self.channels or len(self.input_std) != self.channels:
             raise ValueError(
                 f"`input_mean` and `input_std` need one value per channel ({self.channels}); "
-                f"got {len(self.input_mean)} and {len(self.input_std)}."
+                f"got {len(self.input_mean)} and {len(self.input_std)}"
+                + (" (grayscale: input_mean=(127.5,), input_std=(127.5,))." if self.channels == 1 else ".")
+            )
+        if not all(math.isfinite(m) for m in self.input_mean) or not all(0 < s < math.inf for s in self.input_std):
+            raise ValueError(
+                f"`input_mean` must be finite and `input_std` finite and positive; got {self.input_mean} and "
+                f"{self.input_std}."
+            )
+        if not 0.0 < self.layer_norm_epsilon < math.inf:  # 0 divides by zero on a constant token, < 0 gives NaN
+            raise ValueError(f"`layer_norm_epsilon` must be finite and positive; got {self.layer_norm_epsilon}.")
+        if self.representation_size is not None and int(self.representation_size) < 1:
+            raise ValueError(
+                f"`representation_size` (the pre-logits width) must be a positive integer, or None for no pre-logits "
+                f"layer; got {self.representation_size}."
             )
 
     @property

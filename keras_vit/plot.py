@@ -37,6 +37,15 @@ def _save(fig, path):
     return path
 
 
+def _show_image(ax, image):
+    """An image's pixels in [0, 255]: RGB, or one channel in gray (not a colour map's false colours)."""
+    pixels = np.clip(image, 0, 255).astype("uint8")
+    if pixels.shape[-1] == 1:
+        ax.imshow(pixels[..., 0], cmap="gray", vmin=0, vmax=255)
+    else:
+        ax.imshow(pixels)
+
+
 def heatmap_overlays(images, maps, path, title, labels=None):
     """Each image beside the image with its heat map overlaid, with a colour bar."""
     plt = _pyplot()
@@ -44,9 +53,9 @@ def heatmap_overlays(images, maps, path, title, labels=None):
     fig, axes = plt.subplots(len(images), 2, figsize=(7, 3.4 * len(images)), squeeze=False)
     for i, (image, heat) in enumerate(zip(images, maps)):
         name = labels[i] if labels else f"image {i}"
-        axes[i, 0].imshow(np.clip(image, 0, 255).astype("uint8"))
+        _show_image(axes[i, 0], image)
         axes[i, 0].set_title(name, fontsize=9)
-        axes[i, 1].imshow(np.clip(image, 0, 255).astype("uint8"))
+        _show_image(axes[i, 1], image)
         shown = axes[i, 1].imshow(heat, cmap="jet", alpha=0.5, vmin=0, vmax=1)
         axes[i, 1].set_title(title, fontsize=9)
         fig.colorbar(shown, ax=axes[i, 1], fraction=0.046, pad=0.04, label="relevance (0-1)")

@@ -60,7 +60,9 @@ def saliency_maps(model, images, method="gradcam++", class_index=None, scorecam_
                 if method == "gradcam++":
                     maps = GradcamPlusPlus(model, clone=False)(score, images, **cam)
                 else:
-                    maps = Scorecam(model, clone=False)(score, images, max_N=scorecam_channels, **cam)
+                    # tf-keras-vis refuses more channels than the layer has (a model narrower than 64)
+                    channels = min(scorecam_channels, model.get_layer(CAM_LAYER).output.shape[-1])
+                    maps = Scorecam(model, clone=False)(score, images, max_N=channels, **cam)
     finally:
         if interactive:
             keras.utils.enable_interactive_logging()

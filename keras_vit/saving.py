@@ -41,9 +41,14 @@ def save_model(model, path):
     path = Path(path)
     if getattr(model, "compiled", False):
         model = inference_copy(model)
+    if path.is_dir():
+        raise IsADirectoryError(f"{path} is a folder; a .keras model is a file.")
     temporary = path.with_name(f".{path.name}.tmp.keras")
-    model.save(temporary)
-    os.replace(temporary, path)
+    try:
+        model.save(temporary)
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)  # what a failed save or rename left
 
 
 def is_run_dir(path):

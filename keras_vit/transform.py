@@ -1,6 +1,7 @@
 """The image transform: how an image of any size becomes a model's input."""
 
 import keras
+import numpy as np
 
 from keras_vit.names import EVAL_CROP, INTERPOLATIONS
 
@@ -51,3 +52,18 @@ class ImageTransform:
 
     def __repr__(self):
         return f"ImageTransform(size={self.size}, crop={self.crop}, interpolation={self.interpolation!r})"
+
+
+def to_channels(image, channels):
+    """A uint8 image `(H, W, C)` (or `(H, W)`) as `channels` channels: RGB to grayscale with
+    Pillow's integer luma (`Image.convert("L")`, value for value), grayscale repeated to RGB; other
+    combinations are returned as they are, for the model to refuse."""
+    image = np.asarray(image)
+    if image.ndim == 2:  # grayscale without a channel axis
+        image = image[..., None]
+    if image.shape[-1] == 3 and channels == 1:
+        r, g, b = (image[..., i].astype(np.int64) for i in range(3))
+        return ((r * 19595 + g * 38470 + b * 7471 + 0x8000) >> 16).astype(image.dtype)[..., None]
+    if image.shape[-1] == 1 and channels == 3:
+        return np.repeat(image, 3, axis=-1)
+    return image

@@ -157,6 +157,48 @@ def test_corrupt_image_file(tmp_path, capsys):
     assert "cannot read image" in capsys.readouterr().err
 
 
+def test_a_grayscale_model_reads_images_as_grayscale(tmp_path, capsys):
+    """A model built with channels=1 takes any image file, as Pillow's grayscale of it, in every
+    command (each refused it: "expects 1-channel images but got 3 channels")."""
+    import keras_vit
+    from keras_vit.transform import to_channels
+    from keras_vit_cli.images import load_image
+
+    config = keras_vit.ViTConfig(
+        image_size=16, patch_size=4, hidden_size=16, num_heads=2, num_layers=1, mlp_dim=16, num_classes=3,
+        channels=1, input_mean=(127.5,), input_std=(127.5,),
+    )  # fmt: skip
+    keras_vit.saving.save_model(keras_vit.ViT(config), tmp_path / "gray.keras")
+    rgb = np.random.default_rng(0).integers(0, 256, (20, 24, 3)).astype(np.uint8)
+    Image.fromarray(rgb).save(tmp_path / "photo.png")
+    gray = np.asarray(Image.fromarray(rgb).convert("L"))[..., None]
+    np.testing.assert_array_equal(load_image(tmp_path / "photo.png", channels=1)[0], gray)
+    np.testing.assert_array_equal(to_channels(rgb, 1), gray)  # Pillow's luma, value for value
+    np.testing.assert_array_equal(to_channels(gray, 3), np.repeat(gray, 3, axis=-1))
+    model, photo = str(tmp_path / "gray.keras"), str(tmp_path / "photo.png")
+    for argv in (
+        ["predict", model, photo],
+        ["summary", model, "--image", photo],
+        ["visualize", model, photo, "--method", "gradcam++", "--out", str(tmp_path / "cam.png")],
+        ["inspect", model, "--out", str(tmp_path / "figures"), "--images", photo],
+    ):
+        assert main(argv) == 0, (argv, capsys.readouterr().err)
+    assert (tmp_path / "cam.png").is_file()
+
+
+def test_convert_refuses_an_output_it_cannot_write_before_the_work(tmp_path, capsys):
+    (tmp_path / "out.keras").mkdir()
+    (tmp_path / "file").write_text("")
+    for output, message in (
+        (tmp_path / "out.keras", "out.keras is a folder; the output is a .keras file."),  # had left a temp file
+        (tmp_path / "file" / "x.keras", "file is a file, not a folder."),  # was [Errno 17] File exists
+    ):
+        assert main(["convert", "vit_ti16", str(output), "--overwrite"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "out.keras"]
+
+
 def test_images_given_as_urls(tmp_path, capsys):
     """predict, visualize and summary read http(s) URLs as they read files (a local HTTP server
     here); a failed download or a non-image is one line and exit status 2."""

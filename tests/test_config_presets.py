@@ -92,7 +92,13 @@ def test_overrides_and_grid():
         (dict(classifier="cls"), r"`classifier` must be one of"),
         (dict(dropout_rate=1.0), r"`dropout_rate` must be in \[0, 1\)"),
         (dict(num_classes=-1), r"num_classes"),
-        (dict(channels=1), r"one value per channel"),
+        (dict(channels=1), r"one value per channel \(1\); got 3 and 3 \(grayscale: input_mean=\(127.5,\)"),
+        # each built a model whose logits were NaN or constant
+        (dict(layer_norm_epsilon=-1.0), r"`layer_norm_epsilon` must be finite and positive; got -1\.0"),
+        (dict(layer_norm_epsilon=0.0), r"`layer_norm_epsilon` must be finite and positive"),
+        (dict(input_std=(127.5, -1.0, 127.5)), r"`input_std` finite and positive"),
+        (dict(input_mean=(float("nan"),) * 3), r"`input_mean` must be finite"),
+        (dict(representation_size=0), r"`representation_size` \(the pre-logits width\) must be a positive integer"),
         (dict(image_size=(224, 224, 3)), r"pair of ints"),
         (dict(image_size=0), r"`image_size` must be positive; got 0\."),  # 0 % 16 == 0 passed before
         (dict(image_size=(224, -32)), r"`image_size` must be positive; got \(224, -32\)"),

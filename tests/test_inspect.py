@@ -189,6 +189,15 @@ def test_cam_methods_target_the_patch_grid_layer(monkeypatch):
     assert used == ["patch_grid", "patch_grid"]
 
 
+def test_scorecam_on_a_model_narrower_than_its_channel_count():
+    # tf-keras-vis refused max_N=64 on a width-16 model ("max_N must be ... 16 or less")
+    from keras_vit.saliency import saliency_maps
+
+    model = perturb(keras_vit.ViT(tiny_config(hidden_size=16, num_heads=2)), scale=0.2)
+    maps = saliency_maps(model, sample_photos(32), "scorecam")
+    assert maps.shape == (2, 32, 32) and np.isfinite(maps).all() and maps.min() >= 0 and maps.max() <= 1
+
+
 def test_patch_grid_layer_is_the_identity_on_the_main_path():
     model = perturb(keras_vit.ViT(tiny_config()))
     grid = model.get_layer("patch_grid")

@@ -17,7 +17,7 @@ from keras_vit.training import datasets, multi_worker, pipeline, recipes
 from keras_vit.training.callbacks import AtomicCheckpoint, ResumeState, StopAfterEpoch, StopOnInterrupt, StopOnNaN
 from keras_vit.training.config import SPLIT_FIELDS, TrainConfig
 from keras_vit.training.strategy import agree, batch_multiple, make_placement, process_count, this_process_only
-from keras_vit.transform import ImageTransform
+from keras_vit.transform import ImageTransform, to_channels
 
 logger = logging.getLogger("keras_vit")
 CONFIG_FILE, LABELS_FILE, EVAL_FILE = names.RUN_CONFIG, names.RUN_LABELS, names.RUN_EVAL
@@ -368,11 +368,7 @@ def iter_predict(source, images, top_k=5, labels=None, crop=None):
         transform = ImageTransform(model.config.image_size, crop, model.config.interpolation)
     chunk = []
     for image in images:
-        image = np.asarray(image)
-        if image.ndim == 2:  # grayscale without a channel axis
-            image = image[..., None]
-        if image.ndim == 3 and image.shape[-1] == 1 and model.config.channels == 3:  # as image files are read
-            image = np.repeat(image, 3, axis=-1)
+        image = to_channels(image, model.config.channels)
         chunk.append(keras.ops.convert_to_numpy(transform(image)))
         if len(chunk) == PREDICT_CHUNK:
             yield from _top_k(model, np.stack(chunk), names, top_k)

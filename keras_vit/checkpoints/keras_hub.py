@@ -134,7 +134,7 @@ def _fields(backbone, task, converter, path):
         qkv_bias=backbone.get("use_mha_bias", True),
         classifier=pooling,
         num_classes=task["num_classes"] if task else 0,
-        representation_size=(task or {}).get("intermediate_dim"),
+        representation_size=(task or {}).get("intermediate_dim") or None,  # 0: none
     )
     if converter:
         scale, offset = converter.get("scale"), converter.get("offset")
