@@ -189,6 +189,7 @@ def test_cam_methods_target_the_patch_grid_layer(monkeypatch):
     assert used == ["patch_grid", "patch_grid"]
 
 
+@pytest.mark.tensorflow_only
 def test_scorecam_on_a_model_narrower_than_its_channel_count():
     # tf-keras-vis refused max_N=64 on a width-16 model ("max_N must be ... 16 or less")
     from keras_vit.saliency import saliency_maps
