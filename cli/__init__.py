@@ -67,9 +67,17 @@ def installed_version():
         return "(not installed)"
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (`keras-vit train: error: ...`) pointing at
+    `--help`, not argparse's usage block (dozens of lines for `train`) before the line."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}; see `{self.prog} --help`\n")
+
+
 def build_parser():
     # No abbreviated options: `--model` must not silently mean `--model-parallel`.
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="keras-vit",
         allow_abbrev=False,
         description="Vision Transformer (ViT) toolkit for Keras 3. "

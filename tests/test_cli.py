@@ -106,7 +106,20 @@ def test_unknown_options_are_named_with_the_closest_one(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(argv)
     err = capsys.readouterr().err.strip().splitlines()
-    assert exit_.value.code == 2 and message in err[-1], err
+    assert exit_.value.code == 2 and len(err) == 1 and message in err[0], err
+    assert err[0].endswith(f"; see `keras-vit {argv[0]} --help`"), err
+
+
+def test_argument_errors_are_one_line_without_the_usage_block(capsys):
+    for argv, message in [
+        (["train", "--epochs", "x"], "keras-vit train: error: argument --epochs: invalid int value: 'x'"),
+        (["predict"], "keras-vit predict: error: the following arguments are required: model, images"),
+        (["frobnicate"], "keras-vit: error: argument COMMAND: invalid choice: 'frobnicate'"),
+    ]:
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        err = capsys.readouterr().err.strip().splitlines()
+        assert exit_.value.code == 2 and len(err) == 1 and err[0].startswith(message), err
 
 
 @pytest.mark.parametrize(
