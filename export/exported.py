@@ -15,7 +15,7 @@ from keras_vit.export.serving import BYTES_SIGNATURE, DATA_SPLIT_PATH
 from keras_vit.export.source import ExportError
 from keras_vit.names import DATA_SPLIT_FILE, IMAGE_TRANSFORM_FILE, LABELS_FILE, RUN_CHECKPOINTS
 from keras_vit.saving import holds_saved_model, read_labels_file, versions
-from keras_vit.transform import ImageTransform
+from keras_vit.transform import ImageTransform, to_channels
 
 # Encoded images per call of the SavedModel's bytes signature.
 SERVING_BATCH = 32
@@ -115,6 +115,8 @@ class TFLiteClassifier:
         self._transform = ImageTransform(size, crop, transform.get("interpolation", "bilinear"))
 
     def probabilities(self, images):
-        """`(N, classes)` probabilities of uint8 RGB images `(H, W, 3)` of any size."""
-        pixels = [np.asarray(self._transform(np.asarray(image))) for image in images]
+        """`(N, classes)` probabilities of uint8 RGB images `(H, W, 3)` of any size (for a
+        grayscale file, Pillow's grayscale of them)."""
+        channels = int(self._model.input["shape"][3])
+        pixels = [np.asarray(self._transform(to_channels(image, channels))) for image in images]
         return self._model.predict(np.stack(pixels))

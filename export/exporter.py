@@ -208,7 +208,7 @@ def _held_out(source):
     if source.calibration_images is not None:
         return source.calibration_images, None, "calibration sample (no labels)"
     # No data: seeded random pixels still show whether an artifact computes what the model does.
-    shape = (STAND_IN_IMAGES, *source.model.config.image_size, 3)
+    shape = (STAND_IN_IMAGES, *source.model.config.image_size, source.model.config.channels)
     images = np.random.default_rng(0).uniform(0, 255, shape).astype(np.float32)
     return images, None, "random stand-in images, no dataset: agreement only"
 

@@ -31,14 +31,14 @@ MIXED_FLOAT_OPS = ("SOFTMAX", "GELU", "RSQRT", "MEAN", "SUB", "MUL")
 
 
 class ClassifierModule(tf.Module):
-    """Batch-1 `(1, H, W, 3)` float pixels in [0, 255] -> `probability` (one output, as
+    """Batch-1 `(1, H, W, C)` float pixels in [0, 255] -> `probability` (one output, as
     on-device classifiers expect). `predict` maps images to logits; `variables` are the
     tf.Variables to save (Keras 3 variables are not tracked by tf.Module)."""
 
-    def __init__(self, predict, variables, image_size):
+    def __init__(self, predict, variables, image_size, channels=3):
         super().__init__()
         self._predict, self._weights = predict, list(variables)
-        spec = tf.TensorSpec((1,) + tuple(image_size) + (3,), tf.float32, "image")
+        spec = tf.TensorSpec((1,) + tuple(image_size) + (channels,), tf.float32, "image")
         self.classify = tf.function(
             lambda image: {"probability": tf.nn.softmax(tf.cast(self._predict(image), tf.float32), -1)},
             input_signature=[spec],
@@ -49,7 +49,10 @@ def keras_module(model):
     """`model` (a keras_vit ViT, TensorFlow backend) as the `ClassifierModule` `convert` takes."""
     require_tensorflow_backend()
     return ClassifierModule(
-        lambda x: model(x, training=False), [v.value for v in model.variables], model.config.image_size
+        lambda x: model(x, training=False),
+        [v.value for v in model.variables],
+        model.config.image_size,
+        model.config.channels,
     )
 
 
@@ -384,7 +387,7 @@ class LiteRTModel:
         return {name: names.count(name) for name in sorted(set(names))}
 
     def predict(self, images):
-        """Probabilities `(N, classes)` of float/uint8 pixels `(N, H, W, 3)`, one at a time."""
+        """Probabilities `(N, classes)` of float/uint8 pixels `(N, H, W, C)`, one at a time."""
         return np.stack([self._invoke(image) for image in np.asarray(images)])
 
     def latency_ms(self, image, repeats=20, warmup=3):

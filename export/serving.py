@@ -19,7 +19,7 @@ from keras_vit.export.config import saved_model_policy
 from keras_vit.export.source import ExportError, require_tensorflow_backend
 from keras_vit.names import DATA_SPLIT_FILE, LABELS_FILE
 from keras_vit.saving import in_policy
-from keras_vit.tf_images import decode_image
+from keras_vit.tf_images import decode_image, to_channels
 
 logger = logging.getLogger("keras_vit")
 WARMUP_FILE = "assets.extra/tf_serving_warmup_requests"
@@ -28,7 +28,8 @@ IMAGES_SIGNATURE, BYTES_SIGNATURE = "serving_default", "serve_image_bytes"
 
 
 class ServingModule(tf.Module):
-    """The serving graph: float pixels or encoded JPEG/PNG bytes in, class probabilities
+    """The serving graph: float pixels (with the model's channels) or encoded JPEG/PNG bytes
+    (decoded to them: Pillow's grayscale for a `channels=1` model) in, class probabilities
     and the top-k scores, class indices and label names out. `freeze`: the weights become
     graph constants instead of variables (`keras_vit.export.frozen.freeze`)."""
 
@@ -51,13 +52,14 @@ class ServingModule(tf.Module):
             tf.lookup.TextFileIndex.WHOLE_LINE,
         )
         self._labels = tf.lookup.StaticHashTable(initializer, default_value="")
-        self._size = tuple(model.config.image_size)
+        self._size, self._channels = tuple(model.config.image_size), model.config.channels
         self._top_k = min(top_k, model.config.num_classes)
         self._transform = model.image_transform  # resize and centre-crop as in evaluation
 
         height, width = self._size
         self.serve_images = tf.function(
-            self._serve_images, input_signature=[tf.TensorSpec((None, height, width, 3), tf.float32, "images")]
+            self._serve_images,
+            input_signature=[tf.TensorSpec((None, height, width, self._channels), tf.float32, "images")],
         )
         self.serve_image_bytes = tf.function(
             self._serve_image_bytes, input_signature=[tf.TensorSpec((None,), tf.string, "image_bytes")]
@@ -81,9 +83,9 @@ class ServingModule(tf.Module):
 
     def _serve_image_bytes(self, image_bytes):
         def decode(data):  # as training decodes its files
-            return self._transform(decode_image(data))
+            return self._transform(to_channels(decode_image(data), self._channels))
 
-        spec = tf.TensorSpec(self._size + (3,), tf.float32)
+        spec = tf.TensorSpec(self._size + (self._channels,), tf.float32)
         return self._outputs(tf.map_fn(decode, image_bytes, fn_output_signature=spec))
 
 
@@ -141,7 +143,9 @@ def save_serving_model(
                 "they need tensorflow-serving-api (pip install --no-deps tensorflow-serving-api==2.21.0)"
             )
         elif warmup:
-            write_warmup_requests(staging / WARMUP_FILE, name, source.model.config.image_size)
+            write_warmup_requests(
+                staging / WARMUP_FILE, name, source.model.config.image_size, source.model.config.channels
+            )
         if source.data_split is not None:
             (staging / DATA_SPLIT_PATH).parent.mkdir(exist_ok=True)
             (staging / DATA_SPLIT_PATH).write_text(json.dumps(source.data_split, indent=2) + "\n")
@@ -164,12 +168,12 @@ def models_config(directory, name):
     return "model_config_list {\n" + entries + "}\n"
 
 
-def write_warmup_requests(path, model_name, image_size):
+def write_warmup_requests(path, model_name, image_size, channels=3):
     """TF Serving's warm-up file: one PredictionLog per signature (a grey image), replayed by
     the server when it loads the version so the first real request is not slow."""
     from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
 
-    grey = np.full((1,) + tuple(image_size) + (3,), 128, np.uint8)
+    grey = np.full((1,) + tuple(image_size) + (channels,), 128, np.uint8)
     png = tf.io.encode_png(grey[0]).numpy()
     inputs = {IMAGES_SIGNATURE: ("images", grey.astype(np.float32)), BYTES_SIGNATURE: ("image_bytes", np.array([png]))}
     path.parent.mkdir(parents=True, exist_ok=True)

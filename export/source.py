@@ -9,6 +9,7 @@ import keras
 import numpy as np
 
 from keras_vit import saving
+from keras_vit.transform import to_channels
 
 logger = logging.getLogger("keras_vit")
 
@@ -31,10 +32,11 @@ def require_tensorflow_backend():
 class ExportSource:
     """A model to export and the data the report needs.
 
-    `eval_images`/`eval_labels`: held-out uint8 or float pixels `(N, H, W, 3)` at the
-    model's size and integer labels; `calibration_images`: a representative sample of the
-    training data; `train`: a `tf.data` pipeline of augmented (images, one-hot) batches for
-    quantisation-aware training, pruning and clustering (None when not available);
+    `eval_images`/`eval_labels`: held-out uint8 or float pixels `(N, H, W, C)` at the
+    model's size and channels (RGB ones become grayscale for a `channels=1` model) and integer
+    labels; `calibration_images`: a representative sample of the training data; `train`: a
+    `tf.data` pipeline of augmented (images, one-hot) batches for quantisation-aware training,
+    pruning and clustering (None when not available);
     `data_split`: the dataset, seed and held-out shares of the model's training run, written
     into every artifact so that it is evaluated on the images training never saw.
     """
@@ -55,17 +57,18 @@ class ExportSource:
                 f"{self.model.name} has no classification head (num_classes=0): the exported files classify images. "
                 "For features, use Keras's own model.export(path) on the model."
             )
-        size = tuple(self.model.config.image_size)
+        size, channels = tuple(self.model.config.image_size), self.model.config.channels
         if len(self.labels) != self.model.config.num_classes:
             raise ExportError(f"{len(self.labels)} label names for a model of {self.model.config.num_classes} classes.")
         for what in ("eval_images", "calibration_images"):
             images = getattr(self, what)
             if images is None:
                 continue
-            images = np.asarray(images)
-            if images.ndim != 4 or images.shape[1:] != size + (3,):
+            images = to_channels(np.asarray(images), channels) if np.ndim(images) == 4 else np.asarray(images)
+            if images.ndim != 4 or images.shape[1:] != size + (channels,):
                 raise ExportError(
-                    f"{what} must be (N, {size[0]}, {size[1]}, 3) pixels for this model; got shape {images.shape}."
+                    f"{what} must be (N, {size[0]}, {size[1]}, {channels}) pixels for this model; got shape "
+                    f"{images.shape}."
                 )
             if len(images) == 0:
                 raise ExportError(f"{what} is empty.")

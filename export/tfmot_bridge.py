@@ -280,7 +280,8 @@ def to_tf_keras(model):
             values[conv.kernel.path] = np.asarray(conv.standardise(conv.kernel))
     for name, paths in mapping.items():
         tf_model.get_layer(name).set_weights([values[p] for p in paths])
-    probe = np.random.default_rng(0).uniform(0, 255, (2,) + tuple(model.config.image_size) + (3,)).astype(np.float32)
+    shape = (2, *model.config.image_size, model.config.channels)
+    probe = np.random.default_rng(0).uniform(0, 255, shape).astype(np.float32)
     expected = np.asarray(model(probe, training=False), np.float32)
     got = tf_model(probe, training=False).numpy()
     if np.abs(expected - got).max() > 1e-4 * max(1.0, np.abs(expected).max()):

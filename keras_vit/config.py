@@ -58,7 +58,8 @@ class ViTConfig:
         resnet_numerics: "official" (the Flax reference's GroupNorm and weight-standardisation
             epsilons) or "timm" (timm's); set by the loader to match a checkpoint's source.
         normalize_inputs: map pixels from [0, 255] with `input_mean`/`input_std` inside the model.
-        input_mean, input_std: per-channel statistics in pixel units [0, 255].
+        input_mean, input_std: per-channel statistics in pixel units [0, 255]; a value given
+            for every channel alike (the official 127.5) serves any `channels`.
         crop_fraction, interpolation: the image transform the model is evaluated and served
             with (`keras_vit.transform.ImageTransform`): resize so that the centre
             `crop_fraction` becomes `image_size`, then crop it (1: resize only).
@@ -101,8 +102,11 @@ class ViTConfig:
         set_("patch_size", _pair(self.patch_size, "patch_size"))
         if self.resnet_layers is not None:
             set_("resnet_layers", tuple(int(n) for n in self.resnet_layers))
-        set_("input_mean", tuple(float(v) for v in self.input_mean))
-        set_("input_std", tuple(float(v) for v in self.input_std))
+        for name in ("input_mean", "input_std"):
+            values = tuple(float(v) for v in getattr(self, name))
+            if len(set(values)) == 1 and len(values) != self.channels:  # one value for every channel
+                values = values[:1] * max(1, int(self.channels))
+            set_(name, values)
         self._validate()
 
     def _validate(self):

@@ -18,6 +18,9 @@ RESNET_GROUPS = 32
 # integer IDCT, as Pillow (predict, visualize, inspect) does: its default, the fast IDCT, differed
 # from Pillow by up to 8 levels per pixel, a skew between training, serving and predict.
 JPEG_DCT_METHOD = "INTEGER_ACCURATE"
+# Pillow's RGB -> grayscale (`Image.convert("L")`): (R, G, B) . LUMA_WEIGHTS / LUMA_SCALE, rounded
+# (ITU-R 601-2 luma in 16-bit fixed point; the weights sum to LUMA_SCALE, so gray stays gray).
+LUMA_WEIGHTS, LUMA_SCALE = (19595, 38470, 7471), 1 << 16
 
 # The evaluation transform (keras_vit.transform): resize to size / EVAL_CROP, then centre-crop to
 # size (Inception-style), by default; a model's config holds its own crop and interpolation.

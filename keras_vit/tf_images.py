@@ -1,10 +1,11 @@
-"""Image files to RGB pixels in TensorFlow ops: what training's tf.data pipelines and an exported
-SavedModel's bytes signature run, so that both read a file as `keras-vit predict` (Pillow) does.
-TensorFlow only: imported by `keras_vit.training` and `keras_vit.export`."""
+"""Image files to pixels in TensorFlow ops: what training's tf.data pipelines and an exported
+SavedModel's bytes signature run, so that both read a file as `keras-vit predict` (Pillow) does,
+RGB or, for a model built with `channels=1`, Pillow's grayscale of it. TensorFlow only: imported by
+`keras_vit.training` and `keras_vit.export`."""
 
 import tensorflow as tf
 
-from keras_vit.names import JPEG_DCT_METHOD
+from keras_vit.names import JPEG_DCT_METHOD, LUMA_SCALE, LUMA_WEIGHTS
 
 # BITMAPINFOHEADER and its later versions (40 bytes or more) describe a BMP's palette and pixels
 # at these offsets; the OS/2 12-byte header is left to TensorFlow's decoder.
@@ -27,6 +28,22 @@ def decode_image(data):
     )
     image.set_shape([None, None, 3])
     return image
+
+
+def to_channels(image, channels):
+    """An RGB image or batch (`(..., 3)`) as `channels` channels, as `keras_vit.transform.to_channels`
+    does in NumPy: 1 is Pillow's integer luma of uint8 pixels (`Image.convert("L")`, value for
+    value), the same weights in float arithmetic for float pixels (gray ones, R = G = B, stay
+    themselves to float rounding); 3 returns the image as it is."""
+    if channels == 3:
+        return image
+    if channels != 1:
+        raise ValueError(f"images convert to 1 (grayscale) or 3 (RGB) channels; the model has {channels}.")
+    weights = tf.constant(LUMA_WEIGHTS, tf.int32)
+    if image.dtype.is_floating:
+        return tf.reduce_sum(image * tf.cast(weights, image.dtype), axis=-1, keepdims=True) / LUMA_SCALE
+    luma = tf.reduce_sum(tf.cast(image, tf.int32) * weights, axis=-1, keepdims=True)
+    return tf.cast((luma + LUMA_SCALE // 2) // LUMA_SCALE, image.dtype)
 
 
 def _header(data):

@@ -3,7 +3,7 @@
 import keras
 import numpy as np
 
-from keras_vit.names import EVAL_CROP, INTERPOLATIONS
+from keras_vit.names import EVAL_CROP, INTERPOLATIONS, LUMA_SCALE, LUMA_WEIGHTS
 
 
 class ImageTransform:
@@ -55,15 +55,18 @@ class ImageTransform:
 
 
 def to_channels(image, channels):
-    """A uint8 image `(H, W, C)` (or `(H, W)`) as `channels` channels: RGB to grayscale with
-    Pillow's integer luma (`Image.convert("L")`, value for value), grayscale repeated to RGB; other
+    """An image `(H, W, C)` (or `(H, W)`) or batch as `channels` channels: RGB to grayscale with
+    Pillow's integer luma for integer pixels (`Image.convert("L")`, value for value) and its
+    weights in float arithmetic for float ones; grayscale repeated to RGB; other
     combinations are returned as they are, for the model to refuse."""
     image = np.asarray(image)
     if image.ndim == 2:  # grayscale without a channel axis
         image = image[..., None]
     if image.shape[-1] == 3 and channels == 1:
-        r, g, b = (image[..., i].astype(np.int64) for i in range(3))
-        return ((r * 19595 + g * 38470 + b * 7471 + 0x8000) >> 16).astype(image.dtype)[..., None]
+        if np.issubdtype(image.dtype, np.floating):  # gray pixels (R = G = B) stay themselves to float rounding
+            return (image @ np.asarray(LUMA_WEIGHTS, image.dtype) / LUMA_SCALE)[..., None].astype(image.dtype)
+        luma = image.astype(np.int64) @ np.asarray(LUMA_WEIGHTS, np.int64)
+        return ((luma + LUMA_SCALE // 2) // LUMA_SCALE).astype(image.dtype)[..., None]
     if image.shape[-1] == 1 and channels == 3:
         return np.repeat(image, 3, axis=-1)
     return image

@@ -92,7 +92,10 @@ def test_overrides_and_grid():
         (dict(classifier="cls"), r"`classifier` must be one of"),
         (dict(dropout_rate=1.0), r"`dropout_rate` must be in \[0, 1\)"),
         (dict(num_classes=-1), r"num_classes"),
-        (dict(channels=1), r"one value per channel \(1\); got 3 and 3 \(grayscale: input_mean=\(127.5,\)"),
+        (
+            dict(channels=1, input_mean=(123.7, 116.3, 103.5)),
+            r"one value per channel \(1\); got 3 and 1 \(grayscale: input_mean=\(127.5,\)",
+        ),
         # each built a model whose logits were NaN or constant
         (dict(layer_norm_epsilon=-1.0), r"`layer_norm_epsilon` must be finite and positive; got -1\.0"),
         (dict(layer_norm_epsilon=0.0), r"`layer_norm_epsilon` must be finite and positive"),
@@ -144,3 +147,12 @@ def test_config_dict_round_trip_and_replace():
         c.replace(widht=3)
     with pytest.raises(ValueError, match=r"field\(s\): num_clases, patch; num_clases: did you mean num_classes\?"):
         c.replace(num_clases=3, patch=2)
+
+
+def test_uniform_input_statistics_serve_any_channel_count():
+    # ViTConfig(channels=1) was refused for its default (127.5,) * 3 statistics
+    gray = ViTConfig(channels=1)
+    assert gray.input_mean == (127.5,) and gray.input_std == (127.5,)
+    assert gray.replace(channels=3).input_mean == (127.5,) * 3
+    assert ViTConfig(input_mean=(0.0,), input_std=(255.0,)).input_std == (255.0,) * 3
+    assert ViTConfig.from_dict(gray.to_dict()) == gray

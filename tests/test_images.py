@@ -69,6 +69,25 @@ def test_tensorflow_decodes_each_format_to_pillows_pixels(name):
     np.testing.assert_array_equal(traced(tf.constant(FILES[name])).numpy(), expected)
 
 
+def test_grayscale_is_pillows_luma_in_numpy_and_in_tensorflow():
+    """`to_channels(image, 1)`: what a `channels=1` model's predict (NumPy) and its training and
+    serving graphs (TensorFlow) make of an RGB image, Pillow's `convert("L")` value for value."""
+    import tensorflow as tf
+
+    from keras_vit.tf_images import to_channels as tf_to_channels
+    from keras_vit.transform import to_channels
+
+    rgb = RNG.integers(0, 256, (2, 31, 17, 3), dtype=np.uint8)
+    expected = np.stack([np.asarray(Image.fromarray(image).convert("L"))[..., None] for image in rgb])
+    np.testing.assert_array_equal(to_channels(rgb, 1), expected)
+    np.testing.assert_array_equal(tf_to_channels(tf.constant(rgb), 1).numpy(), expected)
+    gray = np.repeat(RNG.uniform(0, 255, (5, 7, 1)).astype(np.float32), 3, axis=-1)  # float pixels: no rounding
+    np.testing.assert_allclose(to_channels(gray, 1), gray[..., :1], atol=1e-4)
+    np.testing.assert_allclose(tf_to_channels(tf.constant(gray), 1).numpy(), gray[..., :1], atol=1e-4)
+    with pytest.raises(ValueError, match="1 \\(grayscale\\) or 3 \\(RGB\\) channels; the model has 4"):
+        tf_to_channels(tf.constant(rgb), 4)
+
+
 def test_a_palette_bmp_does_not_read_as_its_indices():
     # The case the test above guards, shown: the indices as gray are far from the colours.
     import tensorflow as tf

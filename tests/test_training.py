@@ -86,6 +86,14 @@ def test_pipeline_is_deterministic_and_shapes(tmp_path):
     np.testing.assert_allclose(la.sum(-1), 1.0, atol=1e-5)  # mixed one-hot labels still sum to 1
     images, _ = next(iter(pipeline.eval_pipeline(source.eval, ImageTransform((16, 16), 0.875), 10, 4)))
     assert images.shape == (4, 16, 16, 3)
+    # A grayscale model's batches (channels=1): the digits are gray (R = G = B), so each is the
+    # RGB batch's one channel, augmented and mixed alike.
+    assert np.array_equal(a[..., 0], a[..., 2])
+    gray = pipeline.train_pipeline(source, config, (16, 16), 10, 8, channels=1)
+    np.testing.assert_allclose(next(iter(gray))[0].numpy(), a[..., :1], atol=1e-3)
+    transform = ImageTransform((16, 16), 0.875)
+    gray, _ = next(iter(pipeline.eval_pipeline(source.eval, transform, 10, 4, channels=1)))
+    np.testing.assert_allclose(gray.numpy(), images.numpy()[..., :1], atol=1e-3)
 
 
 def test_multi_worker_input_pipelines_read_their_part_of_each_global_batch_and_decode_no_other():

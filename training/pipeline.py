@@ -9,14 +9,17 @@ the uninterrupted run would have.
 import numpy as np
 import tensorflow as tf
 
+from keras_vit.tf_images import to_channels
+
 from . import randaugment
 
 AUTOTUNE = tf.data.AUTOTUNE
 
 
-def train_pipeline(source, config, image_size, num_classes, global_batch, start_step=0, context=None):
+def train_pipeline(source, config, image_size, num_classes, global_batch, start_step=0, context=None, channels=3):
     """Batches of (float32 pixels in [0, 255], one-hot labels) from `source` (a
-    `datasets.Source`), without end, beginning at step `start_step` of the run: a run resumed
+    `datasets.Source`), without end, with `channels` channels (1: grayscale, after the
+    augmentations, which run on RGB), beginning at step `start_step` of the run: a run resumed
     there reads the batches it would have read. Each example's random choices are drawn from
     `config.seed` and its place in the stream, each batch's mix from its number (the step,
     where one pipeline feeds all replicas).
@@ -47,7 +50,7 @@ def train_pipeline(source, config, image_size, num_classes, global_batch, start_
         image = tf.ensure_shape(image, [image_size[0], image_size[1], 3])
         if config.randaugment:
             image = randaugment.rand_augment(image, config.randaugment, _seed(config.seed, position, 2))
-        return image, tf.one_hot(label, num_classes)
+        return to_channels(image, channels), tf.one_hot(label, num_classes)
 
     ds = ds.map(augment, num_parallel_calls=AUTOTUNE, deterministic=True)
     ds = ds.batch(share // replicas, drop_remainder=True)
@@ -72,16 +75,17 @@ def _seed(seed, position, purpose):
     return tf.cast(tf.random.experimental.stateless_fold_in(key, purpose), tf.int32)
 
 
-def eval_pipeline(source_ds, transform, num_classes, batch_size, num_examples=None, multiple=1):
-    """Batches of images through `transform` (a model's `image_transform`, see
-    `keras_vit.transform`) with one-hot labels, in order, once.
+def eval_pipeline(source_ds, transform, num_classes, batch_size, num_examples=None, multiple=1, channels=3):
+    """Batches of images as `channels` channels (1: Pillow's grayscale of them, as `predict`
+    reads a file) through `transform` (a model's `image_transform`, see `keras_vit.transform`)
+    with one-hot labels, in order, once.
 
     `multiple` > 1 (data-parallel devices that each need an equal share of every batch): the
     `num_examples` examples get weights 1, then blank examples of weight 0 make the last batch
     a multiple too, so weighted metrics count every example once and no other."""
 
     def prepare(image, label):
-        return transform(image), tf.one_hot(label, num_classes)
+        return transform(to_channels(image, channels)), tf.one_hot(label, num_classes)
 
     if multiple > 1:
         if num_examples is None:

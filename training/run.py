@@ -99,6 +99,7 @@ def fit(config, overwrite=False, verbose=None):
             global_batch,
             source.num_select,
             batch_multiple(global_batch),
+            channels=model.config.channels,
         )
     nan, interrupt = StopOnNaN(), StopOnInterrupt()  # interrupt.saver: the ResumeState below
     # The workers of a TF multi-worker job keep their own resume states by their own clocks: an
@@ -157,7 +158,9 @@ def fit(config, overwrite=False, verbose=None):
         start = first_epoch * steps_per_epoch + first_step
 
         def batches(context=None):
-            return pipeline.train_pipeline(source, c, size, num_classes, global_batch, start, context)
+            return pipeline.train_pipeline(
+                source, c, size, num_classes, global_batch, start, context, model.config.channels
+            )
 
         # The workers of a multi-worker job each decode only their own examples; given one
         # dataset, tf.distribute would run the whole pipeline on every worker and keep a part.
@@ -222,6 +225,7 @@ def evaluate(source, dataset=None, split=None, verbose=None):
         c.batch_size,
         data_source.num_eval,
         multiple,
+        channels=model.config.channels,
     )
     model.compile(
         # Padding examples (weight 0, see eval_pipeline) count in no metric; the loss averages

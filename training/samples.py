@@ -28,7 +28,9 @@ def export_samples(model, source=None, dataset=None, calibration_size=200, eval_
         raise ValueError(f"{config.dataset} has {len(data.class_names)} classes; the model has {num_classes}.")
 
     def arrays(ds, limit):
-        ds = pipeline.eval_pipeline(ds.take(limit), model.image_transform, num_classes, 64)
+        ds = pipeline.eval_pipeline(
+            ds.take(limit), model.image_transform, num_classes, 64, channels=model.config.channels
+        )
         images, labels = zip(*((x.numpy(), y.numpy()) for x, y in ds))
         return np.concatenate(images), np.concatenate(labels).argmax(-1)
 
@@ -40,7 +42,7 @@ def export_samples(model, source=None, dataset=None, calibration_size=200, eval_
         eval_images=eval_images,
         eval_labels=eval_labels,
         calibration_images=calibration,
-        train=pipeline.train_pipeline(data, config, size, num_classes, batch),
+        train=pipeline.train_pipeline(data, config, size, num_classes, batch, channels=model.config.channels),
         steps_per_epoch=max(1, data.num_train // batch),
         label_smoothing=config.label_smoothing or 0.0,
         data_split=trained_on,
