@@ -101,7 +101,7 @@ def run(args):
     table = markdown(result)
     Path(args.out).with_suffix(".md").write_text(table)
     print(table)
-    print(f"wrote {args.out}")
+    print(f"wrote {args.out} and {Path(args.out).with_suffix('.md')}")
     try:
         from keras_vit.benchmark.report import chart
 

@@ -1,6 +1,8 @@
 """Reading images for the command line (Pillow; any format it decodes), from files or URLs."""
 
 import io
+import logging
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -33,8 +35,19 @@ def load_image(path, transform=None, sample="china.jpg", channels=3):
         else:
             file = path
         try:
-            image, source = Image.open(file), str(path)
-            image.load()
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", Image.DecompressionBombWarning)
+                image, source = Image.open(file), str(path)
+                image.load()
+            for warning in caught:  # Pillow's one as a line of ours, others as they were
+                if not issubclass(warning.category, Image.DecompressionBombWarning):
+                    warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+            if any(issubclass(w.category, Image.DecompressionBombWarning) for w in caught):
+                logging.getLogger("keras_vit").warning(
+                    "keras_vit: %s has %s pixels, over Pillow's decompression-bomb warning limit; read all the same",
+                    path,
+                    f"{image.width * image.height:,}",
+                )
         except UnidentifiedImageError:
             raise ValueError(f"cannot read image {path}: not an image format Pillow reads") from None
         except (OSError, Image.DecompressionBombError) as error:  # truncated or corrupt; too many pixels

@@ -157,13 +157,15 @@ class ViT(_ImagesChecked, keras.Model):
         return model
 
     @classmethod
-    def from_checkpoint(cls, source, dtype=None, **overrides):
+    def from_checkpoint(cls, source, dtype=None, class_names=None, **overrides):
         """Builds the model a checkpoint describes (sizes read off its tensors), any config
-        field overridden (e.g. `num_classes`, `image_size`), and loads it."""
+        field overridden (e.g. `num_classes`, `image_size`), and loads it. `class_names`: the
+        model's (default: the checkpoint's, where it keeps their head)."""
         from keras_vit import checkpoints
 
         read = checkpoints.open_checkpoint(source)
-        model = cls(ViTConfig(**checkpoints.architecture(read.fields, overrides, source)), dtype=dtype)
+        config = ViTConfig(**checkpoints.architecture(read.fields, overrides, source))
+        model = cls(config, dtype=dtype, class_names=class_names)
         checkpoints.assign(model, read.weights, f"{source} ({read.kind})")
         checkpoints.adopt_class_names(model, read)
         return model
@@ -229,8 +231,9 @@ class ViT(_ImagesChecked, keras.Model):
         return list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
 
     def resized(self, image_size):
-        """A copy built for another input resolution with all weights carried over; the
-        position embeddings are resampled to the new patch grid (paper section 3.2)."""
+        """A copy built for another input resolution with all weights and `trainable` flags
+        carried over; the position embeddings are resampled to the new patch grid (paper
+        section 3.2)."""
         config = self.config.replace(image_size=image_size)
         new = ViT(config, dtype=self.dtype_policy, class_names=self.class_names, name=self.name)
         for source, target in zip(self.layers, new.layers):
@@ -238,6 +241,12 @@ class ViT(_ImagesChecked, keras.Model):
                 target.assign_resampled(keras.ops.convert_to_numpy(source.embedding), source.grid_size)
             else:
                 target.set_weights(source.get_weights())
+        # Frozen parts stay frozen (a fine-tune at the new size trains what this model trained);
+        # a parent's flag first, then its sublayers' own.
+        for source, target in zip(
+            [self, *self._flatten_layers(include_self=False)], [new, *new._flatten_layers(include_self=False)]
+        ):
+            target.trainable = source.trainable
         return new
 
     def get_config(self):

@@ -57,6 +57,39 @@ def test_npz_round_trip_is_bit_exact(tmp_path, overrides):
     np.testing.assert_array_equal(_logits(restored, x), _logits(model, x))
 
 
+def test_from_checkpoint_takes_class_names_for_a_new_head(tmp_path):
+    model = perturb(keras_vit.ViT(tiny_config()))
+    model.class_names = tuple(f"class {i}" for i in range(model.config.num_classes))
+    keras_vit.save_npz(model, tmp_path / "model.npz")
+    tuned = keras_vit.ViT.from_checkpoint(tmp_path / "model.npz", num_classes=2, class_names=["cat", "dog"])
+    assert tuned.class_names == ("cat", "dog") and tuned.config.num_classes == 2
+    renamed = keras_vit.ViT.from_checkpoint(tmp_path / "model.npz", class_names=[str(i) for i in range(7)])
+    assert renamed.class_names == tuple(str(i) for i in range(7))  # given names win over the file's
+    with pytest.raises(ValueError, match="class"):
+        keras_vit.ViT.from_checkpoint(tmp_path / "model.npz", class_names=["cat", "dog"])
+
+
+def test_keras_weights_files_load_into_a_model_with_another_head_or_resolution(tmp_path):
+    # `keras_vit.load_weights(model, "x.weights.h5")` was "unsupported checkpoint type .h5"
+    model = perturb(keras_vit.ViT(tiny_config()))
+    model.save_weights(tmp_path / "model.weights.h5")
+    same = keras_vit.ViT(tiny_config())
+    assert keras_vit.load_weights(same, tmp_path / "model.weights.h5") == []
+    np.testing.assert_array_equal(_logits(same, images()), _logits(model, images()))
+    tuned = keras_vit.ViT(tiny_config(num_classes=2, image_size=48))
+    notes = keras_vit.load_weights(tuned, str(tmp_path / "model.weights.h5"))
+    assert notes == ["new zero head (64, 2) (the checkpoint's head is (64, 7))"]
+    np.testing.assert_array_equal(
+        keras.ops.convert_to_numpy(tuned.get_layer("block_1").mlp.fc1.kernel),
+        keras.ops.convert_to_numpy(model.get_layer("block_1").mlp.fc1.kernel),
+    )
+    np.testing.assert_allclose(_logits(tuned.resized(32), images()), 0.0)  # the new head starts at zero
+    with pytest.raises(CheckpointError, match="a Keras weights file of another architecture than this model's"):
+        keras_vit.load_weights(keras_vit.ViT(tiny_config(num_layers=3)), tmp_path / "model.weights.h5")
+    with pytest.raises(CheckpointError, match="holds no architecture. Build the model"):
+        keras_vit.ViT.from_checkpoint(tmp_path / "model.weights.h5")
+
+
 def test_an_npz_file_without_keras_vits_record_loads_with_the_official_defaults(tmp_path):
     model = keras_vit.ViT(tiny_config(layer_norm_epsilon=1e-12, crop_fraction=1.0))
     _save_official_npz(model, tmp_path / "official.npz")

@@ -151,6 +151,22 @@ def test_an_image_over_pillows_pixel_limit_is_refused_in_one_line(tmp_path, monk
         load_image(tmp_path / "huge.png")
 
 
+def test_an_image_between_one_and_two_pixel_limits_is_read_with_one_line_of_warning(tmp_path, monkeypatch, caplog):
+    # Pillow's DecompressionBombWarning had come out raw: a source line of PIL and `warnings.warn(`
+    import warnings
+
+    from keras_vit_cli.images import load_image
+
+    Image.new("L", (30, 25)).save(tmp_path / "big.png")
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 500)  # 750 pixels: over the limit, under twice it
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # none escapes as a Python warning
+        pixels, _ = load_image(tmp_path / "big.png")
+    assert pixels.shape == (25, 30, 3)
+    [record] = [r for r in caplog.records if r.name == "keras_vit"]
+    assert "big.png has 750 pixels, over Pillow's decompression-bomb warning limit; read all the same" in record.message
+
+
 def test_a_folder_argument_stands_for_its_images_not_hidden_ones(tmp_path):
     from keras_vit_cli.images import image_files
 

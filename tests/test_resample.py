@@ -66,6 +66,19 @@ def test_resized_model_carries_weights_and_resamples():
     np.testing.assert_allclose(to_numpy(model.resized(32)(images())), to_numpy(model(images())), atol=1e-6)
 
 
+def test_resized_model_keeps_what_was_frozen():
+    # A frozen backbone came back trainable at the new size (every flag was reset)
+    model = keras_vit.ViT(tiny_config())
+    for layer in model.layers[:-1]:
+        layer.trainable = False
+    model.get_layer("block_1").mlp.trainable = True
+    bigger = model.resized(48)
+    flags = [layer.trainable for layer in model._flatten_layers()]
+    assert [layer.trainable for layer in bigger._flatten_layers()] == flags and False in flags and True in flags
+    assert [w.path for w in bigger.trainable_weights] == [w.path for w in model.trainable_weights]
+    assert len(bigger.trainable_weights) == 6  # block_1's MLP (2 Dense) and the head
+
+
 def test_load_weights_saved_at_another_resolution(tmp_path):
     small = perturb(keras_vit.ViT(tiny_config()))
     path = tmp_path / "small.weights.h5"

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from keras_vit import saving
-from keras_vit.checkpoints import huggingface, keras_hub, official, timm
+from keras_vit.checkpoints import huggingface, keras_hub, keras_weights, official, timm
 from keras_vit.checkpoints.assign import assign, export
 from keras_vit.checkpoints.files import CheckpointError, read_tensors, write_npz
 from keras_vit.checkpoints.known import KNOWN_CHECKPOINTS, fetch
@@ -81,6 +81,11 @@ def open_checkpoint(source, infer_config=True):
     Hugging Face `config.json`'s `id2label` (unless Transformers' default `LABEL_n`), a keras_vit
     model's own, or a run directory's labels."""
     path = resolve(source)
+    if keras_weights.is_keras_weights(path):
+        raise CheckpointError(
+            f"{path} is a Keras weights file (model.save_weights): it holds no architecture. Build the model "
+            "(keras_vit.ViT.from_preset or keras_vit.ViT(config)) and load it with keras_vit.load_weights(model, path)."
+        )
     if keras_hub.is_keras_hub(path):
         weights, fields = keras_hub.read(path)
         return Checkpoint(weights, fields if infer_config else None, "keras-hub", None)
@@ -145,11 +150,15 @@ def architecture(fields, overrides, source):
 
 
 def load_weights(model, source):
-    """Loads a checkpoint (file, Hugging Face folder or known name) into a keras_vit model.
+    """Loads a checkpoint (file, Hugging Face folder or known name, or a Keras `.weights.h5`
+    file of a keras_vit model) into a keras_vit model.
 
     Raises `CheckpointError` (a ValueError) naming the tensor or file on any mismatch; see
     `keras_vit.checkpoints.assign.assign` for the head, pre-logits and resolution policy.
     Returns the list of adaptations made (also logged)."""
+    if keras_weights.is_keras_weights(source):
+        path = resolve(source)
+        return assign(model, keras_weights.read(path, model.config), f"{path.name} (Keras weights)")
     checkpoint = open_checkpoint(source, infer_config=False)
     notes = assign(model, checkpoint.weights, f"{Path(str(source)).name} ({checkpoint.kind})")
     adopt_class_names(model, checkpoint)
