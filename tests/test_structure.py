@@ -21,7 +21,7 @@ def test_each_shared_name_and_list_is_defined_once_in_keras_vit_names():
     lists = {v for v in constants.values() if isinstance(v, tuple)}
     scalars = {v for v in constants.values() if isinstance(v, float)}
     scalars |= {v for v in constants.values() if isinstance(v, str) and "." in v}  # file names
-    scalars |= {f for v in constants.values() if isinstance(v, tuple) for f in v if f.endswith(".keras")}
+    scalars |= {f for v in constants.values() if isinstance(v, tuple) for f in v if str(f).endswith(".keras")}
     copies = []
     for path in _sources():
         if path == ROOT / "keras_vit" / "names.py":
