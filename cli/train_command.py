@@ -350,8 +350,11 @@ def _evaluate_exported(args, model, chunk=256):
     while batch := list(itertools.islice(examples, chunk)):
         images, labels = [image for image, _ in batch], np.array([label for _, label in batch])
         probabilities = model.probabilities([image_io.png_bytes(i) for i in images] if model.takes_bytes else images)
-        if probabilities.shape[-1] != len(data_names):
-            raise ValueError(f"{dataset} has {len(data_names)} classes; the model has {probabilities.shape[-1]}.")
+        if model.labels is None and probabilities.shape[-1] != len(data_names):  # else matched by name
+            raise ValueError(
+                f"{dataset} has {len(data_names)} classes; the model has {probabilities.shape[-1]} "
+                "(and no class names)."
+            )
         ranked = np.argsort(-probabilities, axis=-1, kind="stable")[:, :5]
         top1 += np.sum(ranked[:, 0] == labels)
         top5 += np.sum((ranked == labels[:, None]).any(axis=-1))

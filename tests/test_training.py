@@ -1418,8 +1418,15 @@ def test_evaluation_labels_follow_the_models_class_order():
     assert in_model_order(data, None, "folder") is data.eval
     reordered = in_model_order(data, ("owl", "cat", "dog"), "folder")
     assert [int(y) for _, y in reordered.as_numpy_iterator()] == [1, 2, 0]
-    with pytest.raises(ValueError, match=r"folder's classes are not the model's: owl \(the model's: cat, dog, emu\)"):
+    with pytest.raises(
+        ValueError, match=r"folder has classes the model does not know: owl \(the model's: cat, dog, emu\)"
+    ):
         in_model_order(data, ["cat", "dog", "emu"], "folder")
+    # Test data of some of the model's classes: each image labelled as the model's class of its name
+    some = in_model_order(data, ("emu", "owl", "ant", "dog", "cat"), "folder")
+    assert [int(y) for _, y in some.as_numpy_iterator()] == [4, 3, 1]
+    with pytest.raises(ValueError, match=r"folder has 3 classes; the model has 5 \(and no class names\)"):
+        in_model_order(data, None, "folder", num_classes=5)
 
 
 def test_paths_in_a_config_file_expand_the_home_directory(tmp_path):

@@ -213,13 +213,9 @@ def evaluate(source, dataset=None, split=None, verbose=None):
     verbose = progress.verbosity() if verbose is None else verbose
     model = saving.load_model(source)
     data_source = datasets.load(c)
-    if len(data_source.class_names) != model.config.num_classes:
-        raise ValueError(
-            f"{c.dataset} has {len(data_source.class_names)} classes; the model has {model.config.num_classes}."
-        )
     multiple = batch_multiple(c.batch_size)
     data = pipeline.eval_pipeline(
-        in_model_order(data_source, model.class_names, c.dataset),
+        in_model_order(data_source, model.class_names, c.dataset, model.config.num_classes),
         model.image_transform,
         model.config.num_classes,
         c.batch_size,
@@ -326,19 +322,25 @@ def same_data(dataset, other):
     return Path(dataset).resolve() == Path(other).resolve()
 
 
-def in_model_order(data_source, class_names, dataset):
+def in_model_order(data_source, class_names, dataset, num_classes=None):
     """The evaluation split with labels as a model's classes, `class_names` (None: the data's
-    order): a model with class names (a converted Hugging Face one, an exported file) may list
-    the data's classes in another order; other names are an error."""
+    order, as many classes as the model's `num_classes`): a model with class names (a converted
+    Hugging Face one, an exported file) may list the data's classes in another order, and test
+    data may hold some of them only; a class the model does not know is an error."""
     import tensorflow as tf
 
     names = list(data_source.class_names)
-    if class_names is None or list(class_names) == names:
+    if class_names is None:
+        if num_classes is not None and len(names) != num_classes:
+            raise ValueError(f"{dataset} has {len(names)} classes; the model has {num_classes} (and no class names).")
         return data_source.eval
-    if sorted(class_names) != sorted(names):
-        unknown = [n for n in names if n not in class_names]
+    if list(class_names) == names:
+        return data_source.eval
+    unknown = [n for n in names if n not in class_names]
+    if unknown:
+        more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
         raise ValueError(
-            f"{dataset}'s classes are not the model's: {', '.join(unknown[:5]) or 'the names differ'} "
+            f"{dataset} has classes the model does not know: {', '.join(unknown[:5])}{more} "
             f"(the model's: {', '.join(class_names[:5])}{', ...' if len(class_names) > 5 else ''})."
         )
     order = tf.constant([list(class_names).index(n) for n in names], tf.int64)
