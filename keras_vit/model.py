@@ -73,12 +73,21 @@ class ViT(_ImagesChecked, keras.Model):
         # `compile` (loss scaling for mixed_float16) and to serialisation.
         self.dtype_policy = parts.patch_embedding.dtype_policy
         self.config = config
-        self.class_names = _check_class_names(class_names, config.num_classes)
+        self.class_names = class_names
         self._parts = parts
         self._attention_model = None
         self._stateless_predict = None
         self._frozen_predict = None
         self._traced_forward = None  # the frozen forward Keras's predict function was traced with
+
+    @property
+    def class_names(self):
+        """The class names (a tuple of strings, one per class) or None; checked when set."""
+        return self._class_names
+
+    @class_names.setter
+    def class_names(self, names):
+        self._class_names = _check_class_names(names, self.config.num_classes)
 
     def _image_spec(self):
         return self.config
@@ -115,7 +124,10 @@ class ViT(_ImagesChecked, keras.Model):
         self._traced_forward = self._frozen_predict.forward if self._frozen_predict is not None else None
         if self._traced_forward is None:
             return super().predict_step(*args)
-        images = keras.utils.unpack_x_y_sample_weight(args[-1])[0]
+        inputs = keras.tree.flatten(keras.utils.unpack_x_y_sample_weight(args[-1])[0])  # `{"images": x}`, `[x]`
+        if len(inputs) != 1:
+            raise ValueError(f"a ViT takes one input, its images; got {len(inputs)} inputs.")
+        images = inputs[0]
         _check_images(getattr(images, "shape", None), self.config)  # what `__call__` checks
         return self._traced_forward(images)
 
@@ -258,6 +270,9 @@ class ViT(_ImagesChecked, keras.Model):
         }
         if self.class_names is not None:  # absent otherwise: such files load in keras_vit 0.1 too
             config["class_names"] = list(self.class_names)
+        frozen = [i for i, layer in enumerate(self._flatten_layers(include_self=False)) if not layer.trainable]
+        if frozen and self.trainable:  # positions in the layer order the config rebuilds
+            config["frozen_layers"] = frozen
         return config
 
     @classmethod
@@ -265,7 +280,12 @@ class ViT(_ImagesChecked, keras.Model):
         config = dict(config)
         if isinstance(config.get("dtype"), dict):
             config["dtype"] = keras.saving.deserialize_keras_object(config["dtype"])
-        return cls(**config)
+        frozen = set(config.pop("frozen_layers", ()))
+        model = cls(**config)
+        if frozen:  # in order: a parent's flag first, then its sublayers' own
+            for i, layer in enumerate(model._flatten_layers(include_self=False)):
+                layer.trainable = i not in frozen
+        return model
 
 
 class _Parts:

@@ -57,6 +57,29 @@ def test_npz_round_trip_is_bit_exact(tmp_path, overrides):
     np.testing.assert_array_equal(_logits(restored, x), _logits(model, x))
 
 
+def test_a_non_square_checkpoint_without_its_grid_loads_at_the_size_it_is_given(tmp_path):
+    # image_size=(32, 40) was refused: "cannot infer the image size ...; pass image_size", given or not
+    from keras_vit.checkpoints.official import GRID_KEY
+
+    model = perturb(keras_vit.ViT(tiny_config(image_size=(32, 40))))  # a 4x5 grid, 21 tokens
+    _save_official_npz(model, tmp_path / "with_grid.npz")
+    with np.load(tmp_path / "with_grid.npz") as f:
+        np.savez(tmp_path / "plain.npz", **{k: f[k] for k in f.files if k != GRID_KEY})
+    with pytest.raises(CheckpointError, match=r"plain\.npz: cannot infer the image size .* pass image_size"):
+        keras_vit.ViT.from_checkpoint(tmp_path / "plain.npz")
+    restored = keras_vit.ViT.from_checkpoint(tmp_path / "plain.npz", image_size=(32, 40), layer_norm_epsilon=1e-6)
+    x = images(size=(32, 40))
+    np.testing.assert_allclose(_logits(restored, x), _logits(model, x), atol=1e-5)
+
+
+def test_save_npz_writes_only_npz_names(tmp_path):
+    # `w.safetensors` had held an .npz that the reader then took for a corrupt safetensors file
+    for name in ("nosuffix", "w.safetensors"):
+        with pytest.raises(CheckpointError, match=f"save_npz writes an .npz file: name it so \\(got {name}\\)"):
+            keras_vit.save_npz(keras_vit.ViT(tiny_config()), tmp_path / name)
+    assert not list(tmp_path.iterdir())
+
+
 def test_from_checkpoint_takes_class_names_for_a_new_head(tmp_path):
     model = perturb(keras_vit.ViT(tiny_config()))
     model.class_names = tuple(f"class {i}" for i in range(model.config.num_classes))

@@ -599,6 +599,11 @@ def test_tensorflow_bf16_predict_runs_on_bf16_weight_constants_that_follow_the_w
 
     first = check()
     np.testing.assert_allclose(first, reference.predict_on_batch(x), **tolerance)
+    # the input structures Keras takes (a dict by input name, a list of one) feed the same graph
+    np.testing.assert_array_equal(model.predict({"images": x}, verbose=0), model.predict(x, verbose=0))
+    np.testing.assert_array_equal(model.predict_on_batch([x]), first)
+    with pytest.raises(ValueError, match="a ViT takes one input, its images; got 2 inputs"):
+        model.predict_on_batch([x, x])
     for call in (model.predict_on_batch, lambda images: model.predict(images, verbose=0)):
         with pytest.raises(ValueError, match="built for 32x32 images but got 48x48"):
             call(images(2, size=(48, 48)))

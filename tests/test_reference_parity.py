@@ -92,6 +92,27 @@ def test_huggingface_vit_for_image_classification(tmp_path):
     assert model.class_names is None  # Transformers' placeholder names LABEL_0.. are no names
 
 
+def test_huggingface_image_processor_statistics_become_the_models(tmp_path):
+    # DeiT-style checkpoints normalise with ImageNet's statistics: they were ignored (logits off by
+    # ~0.05 on logits of ~0.1), the official 127.5 taken instead.
+    transformers = pytest.importorskip("transformers")
+    config = transformers.ViTConfig(
+        hidden_size=48, num_hidden_layers=2, num_attention_heads=3, intermediate_size=96, image_size=32, num_labels=3
+    )
+    reference = perturbed(transformers.ViTForImageClassification(config))
+    reference.save_pretrained(tmp_path / "hf")
+    mean, std = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+    transformers.ViTImageProcessor(image_mean=mean, image_std=std).save_pretrained(tmp_path / "hf")
+    pixels = sample_photos(32)
+    normalised = (pixels / 255.0 - np.asarray(mean)) / np.asarray(std)
+    with torch.no_grad():
+        expected = reference(pixel_values=torch.from_numpy(normalised.transpose(0, 3, 1, 2).copy()).float()).logits
+    for source in (tmp_path / "hf", tmp_path / "hf" / "model.safetensors"):
+        model = keras_vit.ViT.from_checkpoint(source)
+        np.testing.assert_allclose(model.config.input_mean, np.asarray(mean) * 255, rtol=1e-6)
+        assert max_diff(model, expected.numpy(), pixels) <= TOLERANCE
+
+
 def test_huggingface_label_names_travel_with_the_model(tmp_path):
     transformers = pytest.importorskip("transformers")
     names = ["tabby cat", "dog", "owl"]

@@ -1,3 +1,5 @@
+import warnings
+
 import keras
 import numpy as np
 import pytest
@@ -41,6 +43,34 @@ def test_class_names_round_trip_and_are_checked(tmp_path):
         keras_vit.ViT(config, class_names=["cat", "dog"])
     with pytest.raises(ValueError, match="`class_names` must be a list of strings"):
         keras_vit.ViT(config, class_names=[0, 1, 2])
+    # set afterwards, checked the same (a wrong count was saved into a file that would not load)
+    with pytest.raises(ValueError, match="2 class names for a model of 3 classes"):
+        model.class_names = ["cat", "dog"]
+    with pytest.raises(ValueError, match="`class_names` must be a list of strings"):
+        model.class_names = "abc"
+    model.class_names = None
+    assert model.class_names is None
+
+
+def test_frozen_layers_stay_frozen_through_a_keras_file_with_the_optimizer_state(tmp_path):
+    # Every layer came back trainable, and the optimizer state was dropped for its variable count
+    model = keras_vit.ViT(tiny_config())
+    model.get_layer("patch_embedding").trainable = False
+    model.get_layer("block_0").trainable = False
+    model.get_layer("block_0").mlp.trainable = True  # a sublayer unfrozen under a frozen parent
+    model.compile(optimizer="adam", loss="mse")
+    model.fit(images(2), np.zeros((2, 7)), verbose=0)
+    model.save(tmp_path / "frozen.keras")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # Keras warns when it skips the optimizer's variables
+        restored = keras.saving.load_model(tmp_path / "frozen.keras", safe_mode=True)
+    assert [layer.trainable for layer in restored._flatten_layers()] == [
+        layer.trainable for layer in model._flatten_layers()
+    ]
+    assert [w.path for w in restored.trainable_weights] == [w.path for w in model.trainable_weights]
+    for saved, loaded in zip(model.optimizer.variables, restored.optimizer.variables):
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(saved), keras.ops.convert_to_numpy(loaded))
+    assert "frozen_layers" not in keras_vit.ViT(tiny_config()).get_config()  # files as before when none is
 
 
 def test_no_lambda_layers():

@@ -105,7 +105,8 @@ def open_checkpoint(source, infer_config=True):
         kind, reader, args = "timm", timm.config_fields, (tensors,)
         weights = timm.to_keras(tensors)
     elif huggingface.is_huggingface(tensors):
-        kind, reader, args = "huggingface", huggingface.config_fields, (hf_config, tensors)
+        processor = huggingface.read_processor(path)
+        kind, reader, args = "huggingface", huggingface.config_fields, (hf_config, tensors, processor)
         weights = huggingface.to_keras(tensors)
         names = huggingface.class_names(hf_config)
     else:
@@ -132,7 +133,8 @@ def adopt_class_names(model, checkpoint):
 
 def config_fields(source):
     """The ViTConfig fields a checkpoint implies (sizes, depth, heads, head, ...); `num_heads`
-    is None where the checkpoint does not say (a timm file of a width no paper variant has)."""
+    is None where the checkpoint does not say (a timm file of a width no paper variant has), and
+    `image_size` where its position embedding's tokens make no square grid and it stores none."""
     return read_checkpoint(source)[1]
 
 
@@ -141,6 +143,11 @@ def architecture(fields, overrides, source):
     CheckpointError when the head count is known from neither."""
     check_fields(ViTConfig, overrides, "ViTConfig field")
     merged = {**fields, **overrides}
+    if merged.get("image_size") is None:
+        raise CheckpointError(
+            f"{source}: cannot infer the image size from its position embedding (its tokens make no square grid): "
+            "pass image_size (image_size=(rows, columns), --image-size)."
+        )
     if merged.get("num_heads") is None:
         raise CheckpointError(
             f"{source} does not store the head count (timm files do not) and its width {merged['hidden_size']} is "
@@ -168,7 +175,10 @@ def load_weights(model, source):
 def save_npz(model, path):
     """Writes the model's weights as an official-layout .npz (original release names), with the
     patch grid of the position embedding (`official.GRID_KEY`) and the model's config and class
-    names (`official.RECORD_KEY`) beside them, so `from_checkpoint` rebuilds the same model."""
+    names (`official.RECORD_KEY`) beside them, so `from_checkpoint` rebuilds the same model.
+    `path` must end in `.npz`, the suffix that tells readers (this one too) the format."""
+    if Path(path).suffix.lower() != ".npz":
+        raise CheckpointError(f"save_npz writes an .npz file: name it so (got {Path(path).name}).")
     weights = {**export(model), official.GRID_PATH: np.asarray(model.config.grid_size, "int32")}
     tensors = official.from_keras(weights, model.config.num_heads)
     write_npz(path, {**tensors, official.RECORD_KEY: official.record(model.config.to_dict(), model.class_names)})

@@ -41,7 +41,7 @@ def read_tensors(path):
         raise CheckpointError(f"checkpoint not found: {path}")
     hf_config = None
     if path.is_dir():
-        hf_config = _read_json(path / "config.json")
+        hf_config = read_json(path / "config.json")
         found = [path / name for name in HF_WEIGHT_FILES if (path / name).is_file()]
         if not found:
             raise CheckpointError(
@@ -50,7 +50,7 @@ def read_tensors(path):
             )
         path = found[0]
     elif (path.parent / "config.json").is_file() and path.name in HF_WEIGHT_FILES:
-        hf_config = _read_json(path.parent / "config.json")
+        hf_config = read_json(path.parent / "config.json")
     suffix = path.suffix.lower()
     if suffix == ".npz":
         return read_npz(path), hf_config
@@ -150,7 +150,7 @@ def _as_float32(array):
     return array.astype(np.float32) if np.issubdtype(array.dtype, np.floating) else array
 
 
-def _read_json(path):
+def read_json(path):
     if not path.is_file():
         return None
     try:

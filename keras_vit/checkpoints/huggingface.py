@@ -1,14 +1,17 @@
 """Hugging Face `ViTModel` / `ViTForImageClassification` checkpoints (PyTorch layouts).
 
 Query, key and value are separate `(D, D)` Linear layers, concatenated into keras_vit's fused
-kernel; `pooler.dense` (Dense + tanh on the class token) is the pre-logits layer.
+kernel; `pooler.dense` (Dense + tanh on the class token) is the pre-logits layer. The image
+processor's statistics (`preprocessor_config.json` beside `config.json`) become the model's
+`input_mean` and `input_std`.
 """
 
 import re
+from pathlib import Path
 
 import numpy as np
 
-from keras_vit.checkpoints.files import CheckpointError
+from keras_vit.checkpoints.files import CheckpointError, read_json
 from keras_vit.checkpoints.remap import Remap
 
 
@@ -68,8 +71,36 @@ def class_names(hf_config):
     return tuple(names)
 
 
-def config_fields(hf_config, tensors):
-    """ViTConfig fields from a Hugging Face `config.json` (and the tensors, for the heads)."""
+PROCESSOR_FILE = "preprocessor_config.json"
+# Transformers' defaults for a ViT image processor without these keys.
+_RESCALE, _MEAN, _STD = 1 / 255, 0.5, 0.5
+
+
+def read_processor(path):
+    """The image processor config (`preprocessor_config.json`) beside a Hugging Face checkpoint
+    folder or weights file; None when there is none."""
+    path = Path(path)
+    return read_json((path if path.is_dir() else path.parent) / PROCESSOR_FILE)
+
+
+def input_statistics(processor):
+    """`input_mean` and `input_std` (pixel units) of an image processor config: Transformers feeds
+    `(x * rescale_factor - image_mean) / image_std` of pixels x in [0, 255]; {} without one."""
+    if not processor:
+        return {}
+    scale = processor.get("rescale_factor", _RESCALE) if processor.get("do_rescale", True) else 1.0
+    mean, std = (processor.get("image_mean", _MEAN), processor.get("image_std", _STD))
+    if not processor.get("do_normalize", True):
+        mean, std = 0.0, 1.0
+    mean, std = np.atleast_1d(np.asarray(mean, float)), np.atleast_1d(np.asarray(std, float))
+    if not scale > 0 or not min(std) > 0:
+        raise CheckpointError(f"{PROCESSOR_FILE}: rescale_factor and image_std must be positive; got {scale}, {std}.")
+    return dict(input_mean=tuple(float(m / scale) for m in mean), input_std=tuple(float(s / scale) for s in std))
+
+
+def config_fields(hf_config, tensors, processor=None):
+    """ViTConfig fields from a Hugging Face `config.json` (and the tensors, for the heads; and
+    the image processor config, for the input statistics)."""
     if hf_config is None:
         raise CheckpointError("a Hugging Face checkpoint needs its config.json beside the weights.")
     if hf_config.get("model_type", "vit") != "vit":
@@ -93,4 +124,5 @@ def config_fields(hf_config, tensors):
         qkv_bias=hf_config.get("qkv_bias", True),
         num_classes=num_classes,
         representation_size=tensors[pooler[0]].shape[0] if pooler else None,
+        **input_statistics(processor),
     )

@@ -120,7 +120,8 @@ def config_fields(tensors):
 def image_size(tokens, fields, stride, grid=None):
     """The image size (rows, columns) of a position embedding of `tokens` tokens: from `grid`
     when stored, else from the square grid the tokens make, with or without a class slot
-    (big_vision and timm's `no_embed_class` models store none)."""
+    (big_vision and timm's `no_embed_class` models store none); None when they make no square
+    (a non-square model's file without its grid: the caller must be given the size)."""
     patch = fields["patch_size"]
     if grid is not None:
         rows, cols = (int(g) for g in np.asarray(grid))
@@ -128,7 +129,7 @@ def image_size(tokens, fields, stride, grid=None):
     if fields["classifier"] == "token" and not _is_square(tokens):
         tokens -= 1
     if not _is_square(tokens):
-        raise CheckpointError(f"cannot infer the image size from {tokens} position tokens; pass image_size.")
+        return None
     side = int(round(tokens**0.5))
     return (side * patch[0] * stride, side * patch[1] * stride)
 
