@@ -72,6 +72,24 @@ def test_a_non_square_checkpoint_without_its_grid_loads_at_the_size_it_is_given(
     np.testing.assert_allclose(_logits(restored, x), _logits(model, x), atol=1e-5)
 
 
+def test_loading_into_a_model_that_computes_otherwise_is_said_in_one_line(tmp_path, caplog):
+    # from_preset(weights=...) / load_weights took such a file's weights and class names silently
+    saved = tiny_config(input_mean=(120, 110, 100), input_std=(50, 60, 70), layer_norm_epsilon=1e-12)
+    keras_vit.save_npz(keras_vit.ViT(saved), tmp_path / "own.npz")
+    keras_vit.load_weights(keras_vit.ViT(saved), tmp_path / "own.npz")
+    assert not caplog.records
+    keras_vit.load_weights(keras_vit.ViT(tiny_config()), tmp_path / "own.npz")
+    [record] = caplog.records
+    assert record.getMessage().startswith(
+        "keras_vit: own.npz was saved from a model with input_mean=(120.0, 110.0, 100.0), input_std=(50.0, 60.0, "
+        "70.0), layer_norm_epsilon=1e-12; this model has input_mean=(127.5, 127.5, 127.5)"
+    )
+    _save_official_npz(keras_vit.ViT(saved), tmp_path / "official.npz")  # records nothing: nothing to compare
+    caplog.clear()
+    keras_vit.load_weights(keras_vit.ViT(tiny_config()), tmp_path / "official.npz")
+    assert not caplog.records
+
+
 def test_save_npz_writes_only_npz_names(tmp_path):
     # `w.safetensors` had held an .npz that the reader then took for a corrupt safetensors file
     for name in ("nosuffix", "w.safetensors"):

@@ -7,6 +7,7 @@ keras_vit.ViT.from_checkpoint("model.safetensors")  # config read off the checkp
 """
 
 import difflib
+import logging
 import typing
 from pathlib import Path
 
@@ -20,6 +21,8 @@ from keras_vit.checkpoints.known import KNOWN_CHECKPOINTS, fetch
 from keras_vit.config import ViTConfig, check_fields
 from keras_vit.names import RUN_CHECKPOINTS
 from keras_vit.presets import PRESETS
+
+logger = logging.getLogger("keras_vit")
 
 __all__ = [
     "CheckpointError",
@@ -57,14 +60,22 @@ def resolve(source):
     return path
 
 
+# Config fields that change what a model computes without changing a weight's shape: loading a
+# checkpoint into a model that differs in one it records is warned about.
+NUMERICS = ("normalize_inputs", "input_mean", "input_std", "layer_norm_epsilon", "gelu_approximate")
+
+
 class Checkpoint(typing.NamedTuple):
     """A checkpoint as read: weights keyed by keras_vit variable path, the ViTConfig fields it
-    implies (None unless asked for), its kind, and its class names (None when it has none)."""
+    implies (None unless asked for), its kind, its class names (None when it has none), and the
+    `NUMERICS` fields it records (a keras_vit record, a `.keras` model, a Hugging Face or
+    keras-hub config; {} for files that record none)."""
 
     weights: dict
     fields: dict | None
     kind: str
     class_names: tuple | None
+    numerics: dict = {}
 
 
 def read_checkpoint(source, infer_config=True):
@@ -88,13 +99,14 @@ def open_checkpoint(source, infer_config=True):
         )
     if keras_hub.is_keras_hub(path):
         weights, fields = keras_hub.read(path)
-        return Checkpoint(weights, fields if infer_config else None, "keras-hub", None)
+        return Checkpoint(weights, fields if infer_config else None, "keras-hub", None, _numerics(fields))
     if path.suffix == ".keras" or (path.is_dir() and any((path / name).is_file() for name in RUN_CHECKPOINTS)):
         model = saving.load_model(path)
         weights = {**export(model), official.GRID_PATH: np.asarray(model.config.grid_size, "int32")}
         names = saving.label_names(path, model)
         names = None if names == saving.index_names(model.config.num_classes) else tuple(names)
-        return Checkpoint(weights, model.config.to_dict() if infer_config else None, "keras", names)
+        fields = model.config.to_dict()
+        return Checkpoint(weights, fields if infer_config else None, "keras", names, _numerics(fields))
     tensors, hf_config = read_tensors(path)
     recorded, names = official.pop_record(tensors)
     if official.is_official(tensors):
@@ -119,7 +131,38 @@ def open_checkpoint(source, infer_config=True):
     # head count), so the config is read off the tensors only when asked for; a keras_vit .npz
     # file's record adds what they do not tell.
     fields = {**_fields(reader, path, *args), **recorded} if infer_config else None
-    return Checkpoint(weights, fields, kind, names)
+    numerics = recorded
+    if kind == "huggingface" and fields is None:  # a JSON file or two: read whether asked for or not
+        try:
+            numerics = _fields(reader, path, *args)
+        except CheckpointError:  # no config.json: nothing recorded to compare
+            numerics = {}
+    elif kind == "huggingface":
+        numerics = fields
+    return Checkpoint(weights, fields, kind, names, _numerics(numerics))
+
+
+def _numerics(fields):
+    return {name: fields[name] for name in NUMERICS if name in fields}
+
+
+def warn_numerics(model, checkpoint, source):
+    """Logs one line when `model`'s config differs from the checkpoint's in a `NUMERICS` field it
+    records: the weights load, but the model computes otherwise than the one they came from."""
+    try:
+        recorded = model.config.replace(**checkpoint.numerics)  # normalised as the model's own fields
+    except ValueError:  # statistics for another channel count: the weights' check says more
+        return []
+    differ = [name for name in checkpoint.numerics if getattr(recorded, name) != getattr(model.config, name)]
+    if differ:
+        logger.warning(
+            "keras_vit: %s was saved from a model with %s; this model has %s: its outputs differ from that model's "
+            "(ViT.from_checkpoint builds the model the checkpoint describes)",
+            source,
+            ", ".join(f"{name}={getattr(recorded, name)}" for name in differ),
+            ", ".join(f"{name}={getattr(model.config, name)}" for name in differ),
+        )
+    return differ
 
 
 def adopt_class_names(model, checkpoint):
@@ -168,6 +211,7 @@ def load_weights(model, source):
         return assign(model, keras_weights.read(path, model.config), f"{path.name} (Keras weights)")
     checkpoint = open_checkpoint(source, infer_config=False)
     notes = assign(model, checkpoint.weights, f"{Path(str(source)).name} ({checkpoint.kind})")
+    warn_numerics(model, checkpoint, Path(str(source)).name)
     adopt_class_names(model, checkpoint)
     return notes
 
