@@ -22,19 +22,19 @@ class _ImagesChecked(WeightsKeptOnError):
     the error (`WeightsKeptOnError`)."""
 
     def __call__(self, images, *args, **kwargs):
-        _check_images(getattr(images, "shape", None), self._image_spec())
+        check_images(getattr(images, "shape", None), self._image_spec())
         return super().__call__(images, *args, **kwargs)
 
     def fit(self, x=None, *args, **kwargs):
-        _check_images(_input_shape(x), self._image_spec())
+        check_images(_input_shape(x), self._image_spec())
         return super().fit(x, *args, **kwargs)
 
     def evaluate(self, x=None, *args, **kwargs):
-        _check_images(_input_shape(x), self._image_spec())
+        check_images(_input_shape(x), self._image_spec())
         return super().evaluate(x, *args, **kwargs)
 
     def predict(self, x, *args, **kwargs):
-        _check_images(_input_shape(x), self._image_spec())
+        check_images(_input_shape(x), self._image_spec())
         return super().predict(x, *args, **kwargs)
 
 
@@ -93,7 +93,7 @@ class ViT(_ImagesChecked, keras.Model):
         return self.config
 
     def call(self, inputs, training=None, mask=None):
-        _check_images(getattr(inputs, "shape", None), self.config)
+        check_images(getattr(inputs, "shape", None), self.config)
         return super().call(inputs, training=training, mask=mask)
 
     def fit(self, *args, **kwargs):
@@ -112,7 +112,7 @@ class ViT(_ImagesChecked, keras.Model):
         with the weights as arguments (`keras_vit.jax_predict`): the same numbers as Keras's
         `predict_on_batch` without its per-call variable reads and write-backs. In bfloat16 on a
         TensorFlow CPU, the frozen graph of `predict`."""
-        _check_images(_input_shape(x), self.config)
+        check_images(_input_shape(x), self.config)
         if not jax_predict.applies(self, x):
             self._prepare_frozen_predict()
             return super().predict_on_batch(x)
@@ -128,7 +128,7 @@ class ViT(_ImagesChecked, keras.Model):
         if len(inputs) != 1:
             raise ValueError(f"a ViT takes one input, its images; got {len(inputs)} inputs.")
         images = inputs[0]
-        _check_images(getattr(images, "shape", None), self.config)  # what `__call__` checks
+        check_images(getattr(images, "shape", None), self.config)  # what `__call__` checks
         return self._traced_forward(images)
 
     def _prepare_frozen_predict(self):
@@ -238,7 +238,7 @@ class ViT(_ImagesChecked, keras.Model):
 
     def attention_probabilities(self, images, batch_size=None):
         """Every block's attention probabilities for `images`, as a list of numpy arrays."""
-        _check_images(_input_shape(images), self.config)
+        check_images(_input_shape(images), self.config)
         outputs = self.attention_model().predict(images, batch_size=batch_size, verbose=0)
         return list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
 
@@ -414,7 +414,7 @@ def _input_shape(x):
     return tuple(shape)
 
 
-def _check_images(shape, config):
+def check_images(shape, config):
     """Clear errors for images that do not fit the model (static dimensions only)."""
     if shape is None:
         return
@@ -456,7 +456,7 @@ class _AttentionProbabilities(WeightsKeptOnError, keras.Model):
         self.shared_layers = parts.encoder_layers()  # tracked, so weights are visible
 
     def call(self, images):
-        _check_images(images.shape, self._parts.config)
+        check_images(images.shape, self._parts.config)
         return self._parts.encode(images, return_attention_scores=True)[1]
 
 

@@ -12,6 +12,7 @@ import warnings
 import keras
 import numpy as np
 
+from keras_vit.model import check_images
 from keras_vit.names import SALIENCY_METHODS as METHODS
 from keras_vit.saving import in_policy
 
@@ -34,17 +35,24 @@ def saliency_maps(model, images, method="gradcam++", class_index=None, scorecam_
     except ImportError:
         raise ValueError("saliency maps need tf-keras-vis: pip install 'keras-vit[inspect]'.") from None
     images = np.asarray(images, dtype="float32")
+    if hasattr(model, "config"):  # keras_vit's one-line message before tf-keras-vis's
+        check_images(images.shape, model.config)
     # tf-keras-vis's CAM arithmetic is float32: a mixed-precision model's bf16/fp16 activations
     # failed in it ("expected a float tensor but is a bfloat16 tensor").
     model = in_policy(model, "float32")
     classes = model.output_shape[-1]
     if class_index is None:
         class_index = np.argmax(model.predict(images, verbose=0), axis=-1)
-    elif not 0 <= int(class_index) < classes:
+    indices = np.asarray(class_index)
+    if indices.dtype.kind not in "iu" or indices.ndim > 1 or indices.size not in (1, len(images)):
+        raise ValueError(
+            f"class_index must be a class index or one per image ({len(images)}); got {class_index!r:.80}."
+        )
+    if not ((0 <= indices) & (indices < classes)).all():
         raise ValueError(
             f"class index {class_index} is out of range: the model has {classes} classes (0 to {classes - 1})."
         )
-    score = CategoricalScore(np.broadcast_to(class_index, (len(images),)).tolist())
+    score = CategoricalScore(np.broadcast_to(indices, (len(images),)).tolist())
     # tf-keras-vis calls the model on a list of inputs, and Scorecam runs model.predict with
     # Keras's progress bar: neither the structure warning nor the bar is the user's to act on.
     interactive = keras.utils.is_interactive_logging_enabled()

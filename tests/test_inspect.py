@@ -167,6 +167,26 @@ def _gradcam_plus_plus(model, images):
 
 
 @pytest.mark.tensorflow_only
+def test_saliency_takes_a_class_per_image_and_refuses_bad_input_in_one_line(digits_model):
+    # a list of indices was a TypeError, 1.7 a TensorFlow indexing error, a wrong image size
+    # Keras's input-spec error
+    from keras_vit.saliency import saliency_maps
+
+    model, _, images = digits_model
+    each = saliency_maps(model, images[:2], "saliency", class_index=[3, 5])
+    np.testing.assert_allclose(each[1], saliency_maps(model, images[1:2], "saliency", class_index=5)[0], atol=1e-6)
+    for bad, message in [
+        (1.7, r"class_index must be a class index or one per image \(2\); got 1\.7"),
+        ([0, 1, 2], r"one per image \(2\); got \[0, 1, 2\]"),
+        ([0, 10], r"class index \[0, 10\] is out of range: the model has 10 classes"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            saliency_maps(model, images[:2], "saliency", class_index=bad)
+    with pytest.raises(ValueError, match="the model was built for"):
+        saliency_maps(model, np.zeros((1, 48, 48, 3)), "gradcam++", class_index=1)
+
+
+@pytest.mark.tensorflow_only
 def test_cam_methods_target_the_patch_grid_layer(monkeypatch):
     """tf-keras-vis, left alone, seeks a Conv layer; the helper must make it use `patch_grid`."""
     from tf_keras_vis.utils import model_modifiers
