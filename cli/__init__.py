@@ -49,13 +49,13 @@ class CommandError(Exception):
 # log level says: absl INFO lines and the notice before them, the converter's quantisation
 # settings, LiteRT's XNNPACK notice, the JPEG decoder's line per broken file while an image
 # folder is checked (the check counts them in one warning), and oneDNN's notice, logged as an
-# error, that a float16 model falls back to Eigen's kernels. Nothing in them is for the user to
-# act on.
+# error, that a float16 model (bfloat16 on a CPU without AVX-512) falls back to Eigen's kernels.
+# Nothing in them is for the user to act on.
 _NATIVE_NOISE = re.compile(
     rb"(I\d{4} \d|WARNING: All log messages before absl::InitializeLog"
     rb"|INFO: Created TensorFlow Lite XNNPACK delegate|fully_quantize: \d"
     rb"|E\d{4} [\d:. ]+\d+ jpeg_mem\.cc:\d+\] |Improper call to JPEG library in state \d+"
-    rb"|E\d{4} [\d:. ]+\d+ util\.cc:\d+\] oneDNN supports DT_HALF only on platforms with AVX-512)"
+    rb"|E\d{4} [\d:. ]+\d+ util\.cc:\d+\] oneDNN supports DT_(HALF|BFLOAT16) only on platforms with AVX-512)"
 )
 
 

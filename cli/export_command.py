@@ -105,10 +105,15 @@ def run(args):
         raise ValueError("--finetune-epochs sets how long --prune and --cluster fine-tune; give one of them.")
     source = load_source(args.source, labels=args.labels)
     if args.dataset or training_run(args.source) is not None:
+        from keras_vit.saving import index_names
         from keras_vit.training import export_samples
 
+        # the data's classes are matched to the labels by name, unless the model has none
+        names = None if source.labels == index_names(len(source.labels)) else source.labels
         try:
-            data = export_samples(source.model, args.source, args.dataset, config.calibration_size, config.eval_limit)
+            data = export_samples(
+                source.model, args.source, args.dataset, config.calibration_size, config.eval_limit, names
+            )
         except (ValueError, OSError) as error:
             raise ExportError(str(error)) from None
         source = source.with_data(data)

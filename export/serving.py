@@ -18,7 +18,7 @@ from keras_vit.export import frozen
 from keras_vit.export.config import saved_model_policy
 from keras_vit.export.source import ExportError, require_tensorflow_backend
 from keras_vit.names import DATA_SPLIT_FILE, LABELS_FILE
-from keras_vit.saving import in_policy
+from keras_vit.saving import in_policy, versions
 from keras_vit.tf_images import decode_image, to_channels
 
 logger = logging.getLogger("keras_vit")
@@ -158,9 +158,12 @@ def save_serving_model(
 
 
 def models_config(directory, name):
-    """A TF Serving `--model_config_file` for every model folder in `directory`, with the
-    paths of the `tensorflow/serving` container's default mount `/models`."""
-    names = sorted({name} | {p.name for p in Path(directory).iterdir() if p.is_dir() and not p.name.startswith(".")})
+    """A TF Serving `--model_config_file` for every model folder in `directory` (one holding a
+    numbered SavedModel: TF Serving waits for a version of each model it is given, so a `tflite/`
+    or report folder beside them is left out), with the paths of the `tensorflow/serving`
+    container's default mount `/models`."""
+    folders = [p for p in Path(directory).iterdir() if p.is_dir() and not p.name.startswith(".")]
+    names = sorted({name} | {p.name for p in folders if versions(p)})
     entries = "".join(
         f'  config {{\n    name: "{n}"\n    base_path: "/models/{n}"\n    model_platform: "tensorflow"\n  }}\n'
         for n in names

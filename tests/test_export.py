@@ -792,3 +792,16 @@ def test_a_grayscale_model_exports_and_its_files_read_images_as_pillow_grayscale
         load_exported(tmp_path / "tflite" / "vit_float32.tflite").probabilities(list(photos)), expected, atol=1e-4
     )
     assert load_exported(tmp_path / "tflite" / "vit_int8.tflite").probabilities(list(photos)).shape == (3, 3)
+
+
+def test_models_config_lists_only_folders_of_numbered_saved_models(tmp_path):
+    # a `tflite/` folder beside the SavedModels was listed, and TF Serving waits for a version of each
+    from keras_vit.export.serving import models_config
+
+    for folder in ("vit/1", "other/3", "tflite", "reports/1", ".vit.tmp/1"):
+        (tmp_path / folder).mkdir(parents=True)
+    for version in ("vit/1", "other/3", ".vit.tmp/1"):
+        (tmp_path / version / "saved_model.pb").write_bytes(b"")
+    (tmp_path / "tflite" / "vit_float32.tflite").write_bytes(b"")
+    config = models_config(tmp_path, "new")
+    assert [line.split('"')[1] for line in config.splitlines() if "name:" in line] == ["new", "other", "vit"]

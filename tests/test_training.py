@@ -424,6 +424,35 @@ def test_the_first_held_out_images_of_a_folder_are_a_stratified_sample(tmp_path)
     assert sorted(labels) == [0, 0, 0, 1, 1, 2] and whole.num_eval == 60
 
 
+def test_export_samples_label_the_data_by_the_models_class_names(tmp_path):
+    """`export --dataset FOLDER` on a model whose classes are listed in another order than the
+    folder's: the held-out labels and the fine-tuning batches are the model's classes (they were
+    the folder's positions: a wrong report, and pruning or QAT trained on permuted labels)."""
+    from keras_vit import ViT, ViTConfig
+    from keras_vit.training import export_samples
+
+    rng = np.random.default_rng(0)
+    for name, count in (("a", 10), ("b", 10), ("c", 10)):
+        (tmp_path / "data" / name).mkdir(parents=True)
+        for i in range(count):
+            Image.fromarray(rng.integers(0, 255, (8, 8, 3), dtype=np.uint8)).save(tmp_path / "data" / name / f"{i}.png")
+    model = ViT(ViTConfig(**{**SMALL_MODEL, "image_size": 8}, num_classes=4))
+    folder = str(tmp_path / "data")
+    plain = export_samples(ViT(ViTConfig(**{**SMALL_MODEL, "image_size": 8}, num_classes=3)), dataset=folder)
+    named = export_samples(model, dataset=folder, class_names=["d", "c", "a", "b"])
+    np.testing.assert_array_equal(named["eval_labels"], np.array([2, 3, 1])[plain["eval_labels"]])
+    np.testing.assert_array_equal(named["eval_images"], plain["eval_images"])
+    x, y = next(iter(named["train"]))
+    x0, y0 = next(iter(plain["train"]))
+    np.testing.assert_array_equal(x.numpy(), x0.numpy())
+    np.testing.assert_array_equal(y.numpy()[:, [2, 3, 1]], y0.numpy())
+    assert not y.numpy()[:, 0].any()  # the class the folder does not hold
+    with pytest.raises(ValueError, match="has classes the model does not know: b, c"):
+        export_samples(model, dataset=folder, class_names=["a", "x", "y", "z"])
+    with pytest.raises(ValueError, match=r"has 3 classes; the model has 4 \(and no class names\)"):
+        export_samples(model, dataset=folder)
+
+
 def test_dataset_names_are_the_same_data_when_they_name_the_same_place(tmp_path, monkeypatch):
     from keras_vit.training.run import same_data
 

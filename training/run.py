@@ -322,20 +322,19 @@ def same_data(dataset, other):
     return Path(dataset).resolve() == Path(other).resolve()
 
 
-def in_model_order(data_source, class_names, dataset, num_classes=None):
-    """The evaluation split with labels as a model's classes, `class_names` (None: the data's
-    order, as many classes as the model's `num_classes`): a model with class names (a converted
-    Hugging Face one, an exported file) may list the data's classes in another order, and test
-    data may hold some of them only; a class the model does not know is an error."""
-    import tensorflow as tf
-
-    names = list(data_source.class_names)
+def model_classes(data_names, class_names, dataset, num_classes=None):
+    """The model's class index of each of the data's classes, matched by name, or None where
+    they are the same (`class_names` None: the data's order, as many classes as the model's
+    `num_classes`). A model with class names (a converted Hugging Face one, an exported file)
+    may list the data's classes in another order, and test data may hold some of them only; a
+    class the model does not know is an error."""
+    names = list(data_names)
     if class_names is None:
         if num_classes is not None and len(names) != num_classes:
             raise ValueError(f"{dataset} has {len(names)} classes; the model has {num_classes} (and no class names).")
-        return data_source.eval
+        return None
     if list(class_names) == names:
-        return data_source.eval
+        return None
     unknown = [n for n in names if n not in class_names]
     if unknown:
         more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
@@ -343,7 +342,17 @@ def in_model_order(data_source, class_names, dataset, num_classes=None):
             f"{dataset} has classes the model does not know: {', '.join(unknown[:5])}{more} "
             f"(the model's: {', '.join(class_names[:5])}{', ...' if len(class_names) > 5 else ''})."
         )
-    order = tf.constant([list(class_names).index(n) for n in names], tf.int64)
+    return [list(class_names).index(n) for n in names]
+
+
+def in_model_order(data_source, class_names, dataset, num_classes=None):
+    """The evaluation split with labels as the model's classes (`model_classes`)."""
+    import tensorflow as tf
+
+    order = model_classes(data_source.class_names, class_names, dataset, num_classes)
+    if order is None:
+        return data_source.eval
+    order = tf.constant(order, tf.int64)
     return data_source.eval.map(lambda image, label: (image, tf.gather(order, tf.cast(label, tf.int64))))
 
 
