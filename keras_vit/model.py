@@ -1,6 +1,7 @@
 """`ViT`: the Vision Transformer as a functional `keras.Model`."""
 
 import types
+import warnings
 
 import keras
 import numpy as np
@@ -244,10 +245,11 @@ class ViT(_ImagesChecked, keras.Model):
 
     def resized(self, image_size):
         """A copy built for another input resolution with all weights and `trainable` flags
-        carried over; the position embeddings are resampled to the new patch grid (paper
-        section 3.2)."""
+        carried over (quantized layers stay quantized); the position embeddings are resampled
+        to the new patch grid (paper section 3.2)."""
         config = self.config.replace(image_size=image_size)
         new = ViT(config, dtype=self.dtype_policy, class_names=self.class_names, name=self.name)
+        _quantize_layers(new, _quantized_layers(self))
         for source, target in zip(self.layers, new.layers):
             if isinstance(target, vit_layers.PositionEmbedding):
                 target.assign_resampled(keras.ops.convert_to_numpy(source.embedding), source.grid_size)
@@ -273,6 +275,9 @@ class ViT(_ImagesChecked, keras.Model):
         frozen = [i for i, layer in enumerate(self._flatten_layers(include_self=False)) if not layer.trainable]
         if frozen and self.trainable:  # positions in the layer order the config rebuilds
             config["frozen_layers"] = frozen
+        quantized = _quantized_layers(self)
+        if quantized:  # the saved variables are the quantized ones; from_config quantizes these layers
+            config["quantized_layers"] = quantized
         return config
 
     @classmethod
@@ -281,11 +286,41 @@ class ViT(_ImagesChecked, keras.Model):
         if isinstance(config.get("dtype"), dict):
             config["dtype"] = keras.saving.deserialize_keras_object(config["dtype"])
         frozen = set(config.pop("frozen_layers", ()))
+        quantized = config.pop("quantized_layers", {})
         model = cls(**config)
         if frozen:  # in order: a parent's flag first, then its sublayers' own
             for i, layer in enumerate(model._flatten_layers(include_self=False)):
                 layer.trainable = i not in frozen
+        _quantize_layers(model, quantized)
         return model
+
+    def quantize(self, mode=None, **kwargs):
+        """`keras.Model.quantize` (its Dense layers), without a warning for each layer that has
+        nothing to quantize. The quantized model saves to and loads from `.keras` files."""
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r"Layer .* does not have a `quantize` method")
+            super().quantize(mode, **kwargs)
+
+
+def _quantized_layers(model):
+    """{mode: [positions in `_flatten_layers` order]} of the model's quantized layers."""
+    modes = {}
+    for i, layer in enumerate(model._flatten_layers(include_self=False)):
+        mode = getattr(layer, "quantization_mode", None)
+        if mode:
+            modes.setdefault(mode, []).append(i)
+    return modes
+
+
+def _quantize_layers(model, modes):
+    """Quantizes the layers at the positions `_quantized_layers` wrote, so that the saved
+    quantized variables load into them."""
+    layers = list(model._flatten_layers(include_self=False))
+    for mode, positions in modes.items():
+        for i in positions:
+            if i >= len(layers) or not hasattr(layers[i], "quantize"):
+                raise ValueError(f"quantized_layers: no quantizable layer at position {i} of this model")
+            layers[i].quantize(mode)
 
 
 class _Parts:

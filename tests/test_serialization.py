@@ -73,6 +73,25 @@ def test_frozen_layers_stay_frozen_through_a_keras_file_with_the_optimizer_state
     assert "frozen_layers" not in keras_vit.ViT(tiny_config()).get_config()  # files as before when none is
 
 
+def test_a_quantized_model_round_trips_through_a_keras_file_and_resized(tmp_path):
+    # from_config rebuilt float layers, which refused the saved int8 kernels and scales
+    model = perturb(keras_vit.ViT(tiny_config()))
+    x = images()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*does not have a `quantize` method")  # one per layer before
+        model.quantize("int8")
+    quantized = [layer.path for layer in model._flatten_layers() if getattr(layer, "quantization_mode", None)]
+    assert "block_0/attention/qkv" in quantized and "head" in quantized
+    model.save(tmp_path / "int8.keras")
+    restored = keras.saving.load_model(tmp_path / "int8.keras", safe_mode=True)
+    assert [layer.path for layer in restored._flatten_layers() if layer.quantization_mode] == quantized
+    assert restored.get_layer("head").kernel.dtype == "int8"
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(restored(x)), keras.ops.convert_to_numpy(model(x)))
+    resized = restored.resized(48)
+    assert [layer.path for layer in resized._flatten_layers() if layer.quantization_mode] == quantized
+    assert resized(images(size=(48, 48))).shape == (2, 7)
+
+
 def test_no_lambda_layers():
     model = keras_vit.ViT(tiny_config(resnet_layers=(1,), resnet_width=32, patch_size=1))
     assert not any(isinstance(layer, keras.layers.Lambda) for layer in model._flatten_layers())
