@@ -114,6 +114,8 @@ def patch_embedding_components(model, count=28):
         raise ValueError(
             "a hybrid ViT embeds ResNet features, not image patches: its embedding filters are not pixel filters."
         )
+    if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 1:
+        raise ValueError(f"count must be a positive number of components; got {count!r}.")
     kernel = keras.ops.convert_to_numpy(model.get_layer("patch_embedding").projection.kernel).astype(np.float64)
     filters = kernel.reshape(-1, kernel.shape[-1]).T  # (D, P*P*C): one row per filter
     filters -= filters.mean(axis=0)

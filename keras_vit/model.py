@@ -200,15 +200,18 @@ class ViT(_ImagesChecked, keras.Model):
         """A model sharing this one's weights: images -> a dict of features for downstream
         heads (detection, segmentation, retrieval), as timm's `forward_intermediates`.
 
-        `blocks`: indices of the encoder blocks (negative from the end) whose patch tokens come
-        out as `(batch, rows, cols, D)` maps under `"block_{i}"`; `norm`: apply the final
-        LayerNorm to those maps; `pooled`: also `"pooled"`, the `(batch, D)` embedding the
+        `blocks`: index or indices of the encoder blocks (negative from the end) whose patch
+        tokens come out as `(batch, rows, cols, D)` maps under `"block_{i}"`; `norm`: apply the
+        final LayerNorm to those maps; `pooled`: also `"pooled"`, the `(batch, D)` embedding the
         head reads (pre-logits included), without the head. Save it as a `.keras` file or
         export it as any Keras model; fine-tuning it trains this model's weights."""
         parts, count = self._parts, len(self._parts.blocks)
-        chosen = sorted({i % count for i in blocks}) if blocks else []
-        if any(not -count <= i < count for i in blocks or ()):
-            raise ValueError(f"blocks must be in [-{count}, {count}); got {tuple(blocks)}.")
+        blocks = (blocks,) if isinstance(blocks, (int, np.integer)) else tuple(blocks or ())
+        if any(isinstance(i, bool) or not isinstance(i, (int, np.integer)) for i in blocks):
+            raise ValueError(f"blocks must be block indices (ints); got {blocks}.")
+        if any(not -count <= i < count for i in blocks):
+            raise ValueError(f"blocks must be in [-{count}, {count}); got {blocks}.")
+        chosen = sorted({int(i) % count for i in blocks})
         if not chosen and not pooled:
             raise ValueError("ask for at least one block's map or the pooled embedding.")
         images = keras.Input(shape=self.config.image_size + (self.config.channels,), name="images")
@@ -238,7 +241,10 @@ class ViT(_ImagesChecked, keras.Model):
         return self._attention_model
 
     def attention_probabilities(self, images, batch_size=None):
-        """Every block's attention probabilities for `images`, as a list of numpy arrays."""
+        """Every block's attention probabilities for `images` (a batch, or a list of images),
+        as a list of numpy arrays."""
+        if isinstance(images, (list, tuple)):
+            images = np.asarray(images, dtype="float32")
         check_images(_input_shape(images), self.config)
         outputs = self.attention_model().predict(images, batch_size=batch_size, verbose=0)
         return list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]

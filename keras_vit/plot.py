@@ -50,6 +50,9 @@ def heatmap_overlays(images, maps, path, title, labels=None):
     """Each image beside the image with its heat map overlaid, with a colour bar."""
     plt = _pyplot()
     images, maps = np.asarray(images), np.asarray(maps)
+    if len(maps) != len(images) or (labels is not None and len(labels) != len(images)):
+        given = f"{len(maps)} maps" + (f" and {len(labels)} labels" if labels is not None else "")
+        raise ValueError(f"{given} for {len(images)} images; give one of each per image.")
     fig, axes = plt.subplots(len(images), 2, figsize=(7, 3.4 * len(images)), squeeze=False)
     for i, (image, heat) in enumerate(zip(images, maps)):
         name = labels[i] if labels else f"image {i}"

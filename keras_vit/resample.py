@@ -31,7 +31,7 @@ def resample_position_embeddings(posemb, new_grid, old_grid=None, num_prefix_tok
         posemb = posemb[None]
     if posemb.ndim != 3 or posemb.shape[0] != 1:
         raise ValueError(f"position embedding must be (1, tokens, D) or (tokens, D); got {posemb.shape}.")
-    new_grid = (new_grid, new_grid) if isinstance(new_grid, int) else tuple(new_grid)
+    new_grid = (new_grid, new_grid) if isinstance(new_grid, (int, np.integer)) else tuple(new_grid)
     if len(new_grid) != 2 or not all(isinstance(n, (int, np.integer)) and n > 0 for n in new_grid):
         raise ValueError(f"new_grid must be positive (rows, cols) or one positive int; got {new_grid}.")
     prefix, grid = posemb[:, :num_prefix_tokens], posemb[0, num_prefix_tokens:]
@@ -40,7 +40,10 @@ def resample_position_embeddings(posemb, new_grid, old_grid=None, num_prefix_tok
         if side * side != grid.shape[0]:
             raise ValueError(f"{grid.shape[0]} grid tokens are not a square; pass `old_grid`.")
         old_grid = (side, side)
-    old_grid = (old_grid, old_grid) if isinstance(old_grid, int) else tuple(old_grid)
+    old_grid = (old_grid, old_grid) if isinstance(old_grid, (int, np.integer)) else tuple(old_grid)
+    if len(old_grid) != 2 or not all(isinstance(n, (int, np.integer)) and n > 0 for n in old_grid):
+        raise ValueError(f"old_grid must be positive (rows, cols) or one positive int; got {old_grid}.")
+    new_grid, old_grid = tuple(int(n) for n in new_grid), tuple(int(n) for n in old_grid)
     if old_grid[0] * old_grid[1] != grid.shape[0]:
         raise ValueError(f"old_grid {old_grid} does not hold {grid.shape[0]} grid tokens.")
     if old_grid == new_grid:

@@ -782,3 +782,38 @@ def test_feature_model_gives_maps_and_the_pooled_embedding_for_downstream_heads(
         served = loaded.serve(tf.constant(x))
         now = keras.ops.convert_to_numpy(features(x)["pooled"])  # the weights the head step moved
         np.testing.assert_allclose(served["pooled"].numpy(), now, atol=1e-5)
+
+
+def test_inspection_apis_take_natural_input_forms_and_refuse_bad_ones_in_one_line(tmp_path):
+    from keras_vit import inspect, plot
+    from keras_vit.resample import resample_position_embeddings
+
+    model = perturb(keras_vit.ViT(tiny_config()))
+    x = images()
+    # a list of images is a batch (it failed inside the attention model)
+    listed = model.attention_probabilities(list(x))
+    for got, want in zip(listed, model.attention_probabilities(x)):
+        np.testing.assert_allclose(got, want, atol=1e-6)
+    # one block index, as an int (TypeError: 'int' object is not iterable)
+    assert list(model.feature_model(blocks=1, pooled=False).output) == ["block_1"]
+    with pytest.raises(ValueError, match="blocks must be block indices"):
+        model.feature_model(blocks=(0.5,))
+    for count in (0, -3, 2.5):
+        with pytest.raises(ValueError, match="count must be a positive number of components"):
+            inspect.patch_embedding_components(model, count=count)
+    components, explained = inspect.patch_embedding_components(model, count=np.int64(3))
+    assert components.shape == (3, 8, 8, 3) and explained.shape == (3,)
+    # numpy integers are grid sides (np.int64(6) was taken for a sequence)
+    posemb = np.random.default_rng(0).standard_normal((1, 17, 8)).astype("float32")
+    np.testing.assert_array_equal(
+        resample_position_embeddings(posemb, np.int64(6), old_grid=np.int64(4)), resample_position_embeddings(posemb, 6)
+    )
+    with pytest.raises(ValueError, match="old_grid must be positive"):
+        resample_position_embeddings(posemb, 6, old_grid=(4, 0))
+    # a map or label missing for an image (zip dropped the image without a word)
+    maps = np.zeros((1, 32, 32))
+    with pytest.raises(ValueError, match="1 maps for 2 images"):
+        plot.heatmap_overlays(x, maps, tmp_path / "f.png", "t")
+    with pytest.raises(ValueError, match="2 maps and 3 labels for 2 images"):
+        plot.heatmap_overlays(x, np.zeros((2, 32, 32)), tmp_path / "f.png", "t", labels=["a", "b", "c"])
+    assert not (tmp_path / "f.png").exists()
