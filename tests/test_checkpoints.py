@@ -57,7 +57,7 @@ def test_npz_round_trip_is_bit_exact(tmp_path, overrides):
     np.testing.assert_array_equal(_logits(restored, x), _logits(model, x))
 
 
-def test_a_non_square_checkpoint_without_its_grid_loads_at_the_size_it_is_given(tmp_path):
+def test_a_non_square_checkpoint_without_its_grid_loads_at_the_size_it_is_given(tmp_path, caplog):
     # image_size=(32, 40) was refused: "cannot infer the image size ...; pass image_size", given or not
     from keras_vit.checkpoints.official import GRID_KEY
 
@@ -70,6 +70,13 @@ def test_a_non_square_checkpoint_without_its_grid_loads_at_the_size_it_is_given(
     restored = keras_vit.ViT.from_checkpoint(tmp_path / "plain.npz", image_size=(32, 40), layer_norm_epsilon=1e-6)
     x = images(size=(32, 40))
     np.testing.assert_allclose(_logits(restored, x), _logits(model, x), atol=1e-5)
+    # a 5x4 grid holds as many tokens: the embedding is taken as the model's grid, which is said
+    caplog.clear()
+    keras_vit.ViT.from_checkpoint(tmp_path / "plain.npz", image_size=(40, 32), layer_norm_epsilon=1e-6)
+    assert "position embedding taken as the model's 5x4 grid (the checkpoint does not record its grid" in caplog.text
+    caplog.clear()
+    keras_vit.ViT.from_checkpoint(tmp_path / "with_grid.npz", layer_norm_epsilon=1e-6)
+    assert "taken as the model's" not in caplog.text  # a recorded grid needs no note
 
 
 def test_loading_into_a_model_that_computes_otherwise_is_said_in_one_line(tmp_path, caplog):

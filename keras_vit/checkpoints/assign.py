@@ -74,6 +74,12 @@ def _position_embedding(layer, value, grid, source, notes):
         raise CheckpointError(f"{source}: position embedding {value.shape}: {error}") from None
     if prefix == 0 and layer.num_prefix_tokens:
         notes.append("zero class-token slot added to the position embedding (the source adds none to the class token)")
+    rows, cols = layer.grid_size
+    if grid is None and source_grid == layer.grid_size and rows != cols:  # e.g. 2x3 and 3x2 hold as many tokens
+        notes.append(
+            f"position embedding taken as the model's {rows}x{cols} grid (the checkpoint does not record its grid; "
+            "give the image_size it was trained at if that was another shape)"
+        )
     if source_grid != layer.grid_size:
         rows, cols = source_grid
         notes.append(
