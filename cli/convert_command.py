@@ -1,7 +1,10 @@
 """`keras-vit convert`: any supported checkpoint -> a .keras model file."""
 
+import json
+import zipfile
 from pathlib import Path
 
+from keras_vit_cli.names import names
 from keras_vit_cli.options import add_model_options, model_overrides
 
 
@@ -25,6 +28,12 @@ def add_parser(subparsers):
     parser.add_argument("output", help="the .keras file to write")
     parser.add_argument("--preset", help="build this preset instead of reading the architecture off the file")
     add_model_options(parser)
+    parser.add_argument(
+        "--dtype",
+        choices=names.PRECISIONS,
+        help="dtype policy of the written model (default: a keras_vit .keras model's or run's own, e.g. the "
+        "mixed_bfloat16 of a run trained so; float32 for other checkpoints)",
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it exists")
     parser.set_defaults(run=run)
 
@@ -44,15 +53,39 @@ def run(args):
     if blocking is not None:
         raise CommandError(f"cannot write {output}: {blocking} is a file, not a folder.")
     overrides = model_overrides(args)
+    # A keras_vit model keeps how it computes (a run trained in mixed_bfloat16 stays so) unless --dtype says.
+    dtype = args.dtype or source_policy(args.source)
     if args.preset:
-        model = keras_vit.ViT.from_preset(args.preset, weights=args.source, **overrides)
+        model = keras_vit.ViT.from_preset(args.preset, weights=args.source, dtype=dtype, **overrides)
     else:
-        model = keras_vit.ViT.from_checkpoint(args.source, **overrides)
+        model = keras_vit.ViT.from_checkpoint(args.source, dtype=dtype, **overrides)
     output.parent.mkdir(parents=True, exist_ok=True)
     keras_vit.saving.save_model(model, output)
-    c = model.config
+    c, policy = model.config, model.dtype_policy.name
     print(
         f"wrote {output}: {keras_vit.count_params(model):,} parameters, {c.num_layers} layers, width "
         f"{c.hidden_size}, {c.num_heads} heads, {c.image_size[0]}x{c.image_size[1]} input, {c.num_classes} classes"
         + (" with names" if model.class_names else "")
+        + f", dtype policy {policy}"
+        + (" (the source's; --dtype float32 for float32)" if policy != "float32" and not args.dtype else "")
     )
+
+
+def source_policy(source):
+    """The dtype policy name a keras_vit `.keras` model (or a run directory's best.keras, else
+    last.keras) computes in, read off its config; None for other checkpoints or when unreadable."""
+    path = Path(source)
+    if path.is_dir():
+        path = next((path / name for name in names.RUN_CHECKPOINTS if (path / name).is_file()), path)
+    if path.suffix != ".keras" or not zipfile.is_zipfile(path):
+        return None
+    try:
+        with zipfile.ZipFile(path) as archive:
+            config = json.loads(archive.read("config.json"))
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
+        return None
+    if not isinstance(config, dict) or config.get("class_name") != "ViT":  # a keras-hub or other Keras model
+        return None
+    dtype = (config.get("config") or {}).get("dtype")
+    name = dtype.get("config", {}).get("name") if isinstance(dtype, dict) else dtype
+    return name if name in names.PRECISIONS else None

@@ -2,6 +2,7 @@
 
 import io
 import logging
+import os
 import warnings
 from pathlib import Path
 
@@ -30,6 +31,8 @@ def load_image(path, transform=None, sample="china.jpg", channels=3):
     else:
         if is_url(path):
             file = io.BytesIO(download(path))
+        elif Path(path).is_symlink() and not Path(path).exists():
+            raise ValueError(f"cannot read image {path}: a link to nothing ({os.readlink(path)})")
         elif not Path(path).is_file():
             raise FileNotFoundError(f"image file not found: {path}")
         else:
@@ -131,11 +134,21 @@ def png_bytes(pixels):
     return buffer.getvalue()
 
 
-def _listed(path, folder):
-    """Whether `path`, found in `folder`, is an image file a folder argument stands for: not hidden
-    (as training's class folders are listed), with one of `names.IMAGE_EXTENSIONS`."""
-    hidden = any(part.startswith(".") for part in path.relative_to(folder).parts)
-    return not hidden and path.suffix.lower() in names.IMAGE_EXTENSIONS and path.is_file()
+def folder_images(folder):
+    """The image files a folder argument stands for, sorted: those in it and its sub-folders whose
+    suffix is one of `names.IMAGE_EXTENSIONS`, hidden ones (a name starting with a dot) left out,
+    links followed, as training lists its class folders (`keras_vit.folders`). A link to nothing
+    is listed: reading it says so."""
+    from keras_vit.folders import walk  # here: `keras_vit` imports Keras, which --help does not need
+
+    found = []
+    for root, files in walk(folder):
+        for name in files:
+            path = Path(root, name)
+            if not name.startswith(".") and path.suffix.lower() in names.IMAGE_EXTENSIONS:
+                if path.is_file() or (path.is_symlink() and not path.exists()):  # not a FIFO or socket
+                    found.append(path)
+    return sorted(found)
 
 
 def image_files(arguments, folders=True):
@@ -153,7 +166,7 @@ def image_files(arguments, folders=True):
         if argument.is_dir() and not folders:
             raise IsADirectoryError(f"{given} is a folder: name its image files")
         if argument.is_dir():
-            found = sorted(p for p in argument.rglob("*") if _listed(p, argument))
+            found = folder_images(argument)
             if not found:
                 raise FileNotFoundError(f"{argument} holds no images ({', '.join(names.IMAGE_EXTENSIONS)}).")
             files += [(path, True) for path in found]

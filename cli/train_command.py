@@ -202,7 +202,8 @@ def add_parser(subparsers):
         "predict",
         help="classify images with a trained model",
         description="Print the top-k labels of each image as it is classified; a folder's images are read "
-        "with its sub-folders', in name order, and unreadable ones among them skipped with a warning. MODEL is a "
+        "with its sub-folders', in name order (links followed), and unreadable ones among them skipped with a warning "
+        "(none readable: an error). MODEL is a "
         "run directory (its best.keras, labels and evaluation transform), a .keras file, a checkpoint, or an "
         "exported SavedModel (answering through its bytes signature, as TF Serving would) or .tflite file.",
     )
@@ -365,7 +366,15 @@ def _evaluate_exported(args, model, chunk=256):
     if not seen:
         raise ValueError(f"{dataset} has no evaluation examples.")
     scores = {"top1": top1, "top5": top5, "loss": loss}
-    return {**{k: float(v / seen) for k, v in scores.items()}, "num_examples": seen, "checkpoint": str(args.model)}
+    result = {**{k: float(v / seen) for k, v in scores.items()}, "num_examples": seen, "checkpoint": str(args.model)}
+    # The file scored: of an export folder, the SavedModel version (the newest) load_exported took.
+    if model.takes_bytes:
+        result["saved_model"] = str(model.path)
+        if model.path.name.isdigit():
+            result["version"] = int(model.path.name)
+    else:
+        result["tflite"] = str(model.path)
+    return result
 
 
 def run_predict(args):
@@ -375,21 +384,38 @@ def run_predict(args):
         raise ValueError(f"--top-k must be at least 1; got {args.top_k}.")
     if args.crop is not None and not 0.0 < args.crop <= 1.0:
         raise ValueError(f"--crop must be in (0, 1] (1: resize without cropping); got {args.crop:g}.")
-    files, read = image_io.image_files(args.images), []
+    from keras_vit_cli import CommandError
+
+    # Each argument's files, all listed (and missing ones refused) before the model is loaded.
+    arguments, read = [(given, image_io.image_files([given])) for given in args.images], []
+    unreadable = []  # (folder argument, [(file, why)]) of folders none of whose images could be read
 
     def images(encoded=False):
         # Read as the predictions go, so a long list or a big folder is never held whole. Files sent
         # encoded (to a SavedModel) are decoded here as well, so that an unreadable one is skipped.
-        for path, in_folder in files:
-            try:
-                image = image_io.load_image(path, None)[0]
-            except ValueError as error:
-                if not in_folder:
-                    raise
-                logging.getLogger("keras_vit").warning("keras_vit: skipped %s", str(error).removeprefix("cannot read "))
-                continue
-            read.append(path)
-            yield image_io.encoded_image(path, image) if encoded else image
+        # A folder's unreadable files are warned of once it has given an image; a folder that gives
+        # none is an error (after the other arguments' answers), its files named in one line.
+        logger = logging.getLogger("keras_vit")
+        for given, files in arguments:
+            skipped, found = [], False
+            for path, in_folder in files:
+                try:
+                    image = image_io.load_image(path, None)[0]
+                except ValueError as error:
+                    if not in_folder:
+                        raise
+                    skipped.append((path, str(error).removeprefix(f"cannot read image {path}: ")))
+                    if found:
+                        logger.warning("keras_vit: skipped image %s: %s", *skipped[-1])
+                    continue
+                if not found:
+                    found = True
+                    for skipped_path, why in skipped:
+                        logger.warning("keras_vit: skipped image %s: %s", skipped_path, why)
+                read.append(path)
+                yield image_io.encoded_image(path, image) if encoded else image
+            if skipped and not found:
+                unreadable.append((given, skipped))
 
     if is_exported(args.model):
         results = _predict_exported(args, images)
@@ -403,6 +429,19 @@ def run_predict(args):
             print(json.dumps({"image": str(read[i]), "top_k": top_k}, ensure_ascii=False), flush=True)
         else:
             print(f"{read[i]}: " + ", ".join(f"{label} {p:.3f}" for label, p in top), flush=True)
+    if unreadable:
+        raise CommandError(_no_image_read(unreadable))
+
+
+def _no_image_read(unreadable, shown=3):
+    """One line for folder arguments none of whose image files could be read: `(folder,
+    [(file, why)])` pairs, the first `shown` files of each named with the reason."""
+    parts = []
+    for folder, skipped in unreadable:
+        files = "; ".join(f"{os.path.relpath(path, folder)} ({why})" for path, why in skipped[:shown])
+        more = f"; and {len(skipped) - shown} more" if len(skipped) > shown else ""
+        parts.append(f"{folder}: skipped all {len(skipped)} image file(s): {files}{more}")
+    return "no image could be read in " + " | ".join(parts)
 
 
 def _predict_exported(args, images, chunk=256):

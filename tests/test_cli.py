@@ -440,3 +440,107 @@ def test_a_command_that_needs_tensorflow_says_so_in_one_line_where_it_is_missing
         "pip install 'keras-vit[tensorflow]'."
     )
     assert "Traceback" not in done.stderr
+
+
+def _tiny_model_file(path, num_classes=3, dtype=None):
+    """A small random ViT saved as a .keras file at `path` (its weights moved off their initial values)."""
+    from helpers import perturb, tiny_config
+
+    import keras_vit
+
+    keras_vit.saving.save_model(perturb(keras_vit.ViT(tiny_config(num_classes=num_classes), dtype=dtype)), path)
+    return path
+
+
+def test_predict_on_a_folder_none_of_whose_images_can_be_read_fails_in_one_line(tmp_path, capsys, caplog):
+    """A folder of unreadable files (text files named .jpg) answered nothing and exited 0. It is
+    now bad input: one line naming what was skipped and why, exit status 2, after the answers for
+    the other arguments; a folder with some readable images still answers and names the others."""
+    model = str(_tiny_model_file(tmp_path / "model.keras"))
+    bad, mixed = tmp_path / "bad", tmp_path / "mixed"
+    for folder in (bad, mixed):
+        folder.mkdir()
+        (folder / "a.jpg").write_text("not a photo")
+    (bad / "sub").mkdir()
+    (bad / "sub" / "b.png").write_text("nor this")
+    Image.fromarray(np.zeros((12, 12, 3), np.uint8)).save(mixed / "good.png")
+    capsys.readouterr()
+
+    assert main(["predict", model, str(bad)]) == 2
+    out, err = capsys.readouterr()
+    why = "not an image format Pillow reads"
+    assert out == "" and err.strip().splitlines() == [
+        f"keras-vit predict: error: no image could be read in {bad}: skipped all 2 image file(s): a.jpg ({why}); "
+        f"sub/b.png ({why})"
+    ]
+    assert "skipped image" not in caplog.text  # said once, in the error line
+
+    assert main(["predict", model, str(mixed)]) == 0
+    out, _ = capsys.readouterr()
+    assert [line.split(":")[0] for line in out.splitlines()] == [str(mixed / "good.png")]
+    assert f"skipped image {mixed / 'a.jpg'}: {why}" in caplog.text
+    caplog.clear()
+
+    assert main(["predict", model, str(mixed), str(bad)]) == 2  # the readable ones answered first
+    out, err = capsys.readouterr()
+    assert [line.split(":")[0] for line in out.splitlines()] == [str(mixed / "good.png")]
+    assert err.strip().splitlines()[-1].startswith(f"keras-vit predict: error: no image could be read in {bad}:")
+
+
+def test_evaluate_of_an_export_folder_names_the_saved_model_version_it_scored(tmp_path, capsys):
+    """`evaluate` of an `export --saved-model` folder scores its newest version; the result says
+    which SavedModel that was (it named only the folder given)."""
+    import json
+    import shutil
+
+    import keras_vit
+    from keras_vit.export import ExportSource, save_serving_model
+
+    model = keras_vit.saving.load_model(_tiny_model_file(tmp_path / "model.keras", num_classes=2))
+    version_1 = save_serving_model(ExportSource(model=model, labels=["cat", "dog"]), tmp_path / "serving", warmup=False)
+    shutil.copytree(version_1, tmp_path / "serving" / "vit" / "2")
+    rng = np.random.default_rng(0)
+    for name in ("cat", "dog"):
+        (tmp_path / "data" / name).mkdir(parents=True)
+        for i in range(2):
+            pixels = rng.integers(0, 256, (20, 24, 3), dtype=np.uint8)
+            Image.fromarray(pixels).save(tmp_path / "data" / name / f"{i}.png")
+    capsys.readouterr()
+    for given in (tmp_path / "serving", tmp_path / "serving" / "vit"):
+        argv = ["evaluate", str(given), "--dataset", str(tmp_path / "data"), "--split", "all"]
+        assert main(argv) == 0
+        result = json.loads(capsys.readouterr().out)
+        assert result["checkpoint"] == str(given) and result["num_examples"] == 4
+        assert (result["saved_model"], result["version"]) == (str(tmp_path / "serving" / "vit" / "2"), 2)
+
+
+def test_convert_keeps_the_dtype_policy_of_a_keras_vit_model_unless_told(tmp_path, capsys):
+    """A run trained in mixed_bfloat16 (its best.keras computes so) converted, e.g. to another
+    resolution, was written as float32 without a word. It keeps its policy, said in the line
+    `convert` prints; `--dtype` picks another, and other checkpoints stay float32."""
+    import keras
+
+    import keras_vit
+
+    run = tmp_path / "run"
+    run.mkdir()
+    source = keras_vit.saving.load_model(_tiny_model_file(run / "best.keras", dtype="mixed_bfloat16"))
+    capsys.readouterr()
+    for given, argv, policy in (
+        (run, [], "mixed_bfloat16"),
+        (run / "best.keras", [], "mixed_bfloat16"),
+        (run, ["--dtype", "float32"], "float32"),
+    ):
+        out = tmp_path / "out.keras"
+        assert main(["convert", str(given), str(out), "--overwrite", *argv]) == 0
+        printed = capsys.readouterr().out
+        assert f"dtype policy {policy}" in printed
+        assert ("(the source's; --dtype float32 for float32)" in printed) == (policy != "float32")
+        converted = keras.saving.load_model(out)
+        assert converted.dtype_policy.name == policy
+        for a, b in zip(converted.get_weights(), source.get_weights()):  # float32 variables in both policies
+            np.testing.assert_array_equal(a, b)
+    keras_vit.save_npz(source, tmp_path / "weights.npz")  # a checkpoint records no policy: float32
+    assert main(["convert", str(tmp_path / "weights.npz"), str(tmp_path / "npz.keras")]) == 0
+    assert "dtype policy float32" in capsys.readouterr().out
+    assert keras.saving.load_model(tmp_path / "npz.keras").dtype_policy.name == "float32"

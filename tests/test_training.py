@@ -1582,3 +1582,41 @@ def test_a_folder_changed_since_the_run_split_it_is_refused_not_split_again(tmp_
     with pytest.raises(ValueError, match=r"\(13 images then, 12 images now\)"):
         evaluate(run_dir)
     assert own["num_examples"] == 2
+
+
+def test_linked_class_folders_and_images_are_followed_once_and_listed_as_predict_lists_them(tmp_path, caplog):
+    """A dataset assembled from links: a class folder that is a link, a link to a folder inside a
+    class folder and a link to an image are followed (the folder inside had been left out, so its
+    images were silently missing), loops are entered once, and a class folder's link to nothing is
+    warned of. Training, evaluation (both `datasets.folder`) and `predict` list the same files."""
+    from keras_vit_cli.images import image_files
+
+    _write_folder(tmp_path / "real")  # cat and dog: 6 readable images and 1 unreadable file each
+    data = tmp_path / "data"
+    (data / "dog").mkdir(parents=True)
+    (data / "cat").symlink_to(tmp_path / "real" / "cat")
+    (data / "dog" / "more").symlink_to(tmp_path / "real" / "dog")
+    (data / "dog" / "extra.png").symlink_to(tmp_path / "real" / "cat" / "0.png")
+    (data / "dog" / "self").symlink_to(data / "dog")  # loops
+    (data / "dog" / "more" / "up").symlink_to(data)
+    (data / "gone").symlink_to(tmp_path / "moved_away")
+    with caplog.at_level("WARNING", logger="keras_vit"):
+        source = datasets.folder(data, validation_fraction=0.34)
+    assert source.class_names == ["cat", "dog"] and source.skipped == 2
+    assert source.num_train + source.num_eval == 6 + 7 and source.fingerprint.startswith("13 images, ")
+    assert re.search(rf"skipped 1 link\(s\) to nothing in {re.escape(str(data))} .*gone", caplog.text)
+    listed = datasets._list_images(data, source.class_names)
+    assert sorted(label for _, label, _ in listed) == [0] * 7 + [1] * 8
+    assert sorted(str(path.relative_to(data)) for path, _ in image_files([data])) == [name for name, _, _ in listed]
+
+
+def test_a_recorded_fingerprint_is_compared_whole_and_only_a_well_formed_one_is_read_for_its_count(tmp_path):
+    """The count in the refusal of a changed folder is the images listed now, and of the
+    fingerprint the run recorded only when it is one `folder` made: a hand-edited one is named
+    as other images (its text had been cut at its first comma and shown as a count)."""
+    _write_folder(tmp_path / "data")
+    recorded = datasets.folder(tmp_path / "data").fingerprint
+    assert datasets.folder(tmp_path / "data", fingerprint=recorded).fingerprint == recorded
+    for fingerprint, then in ((recorded.replace("12 ", "11 ", 1), "11 images"), ("edited, by hand", "other images")):
+        with pytest.raises(ValueError, match=rf"changed since the run split it \({then} then, 12 images now\)"):
+            datasets.folder(tmp_path / "data", fingerprint=fingerprint)

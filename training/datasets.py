@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
+from keras_vit import folders
 from keras_vit.names import IMAGE_EXTENSIONS, WHOLE_SPLIT, cache_home
 from keras_vit.tf_images import decode_image
 
@@ -185,7 +186,18 @@ def folder(path, validation_fraction=0.2, seed=0, selection_fraction=0.0, finger
     in an order shuffled whole every pass and decodes them as it goes: no decoded image waits
     in a shuffle buffer, so memory does not grow with the folder or its images' size."""
     path = Path(path)
-    classes = sorted(p.name for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))
+    entries = [p for p in path.iterdir() if not p.name.startswith(".")]
+    # A class folder may be a link (datasets are often assembled from links): `is_dir` follows it.
+    classes = sorted(p.name for p in entries if p.is_dir())
+    dangling = sorted(p.name for p in entries if p.is_symlink() and not p.exists())
+    if dangling and (str(path), tuple(dangling)) not in _WARNED:  # a class folder's link that lost its target
+        _WARNED.add((str(path), tuple(dangling)))
+        logger.warning(
+            "keras_vit: skipped %d link(s) to nothing in %s (moved class folders?), e.g. %s",
+            len(dangling),
+            path,
+            dangling[0],
+        )
     if not classes:
         raise ValueError(f"{path} has no class sub-folders (expected {path}/CLASS_NAME/image.jpg).")
     for name in classes:  # each becomes one line of labels.txt
@@ -213,8 +225,10 @@ def folder(path, validation_fraction=0.2, seed=0, selection_fraction=0.0, finger
         logger.warning("keras_vit: skipped %d unreadable image(s) in %s, e.g. %s", len(skipped), path, skipped[0])
     now = _fingerprint(readable)
     if fingerprint is not None and fingerprint != now:
+        then = _fingerprint_count(fingerprint)
+        then = "other images" if then is None else f"{then} images"
         raise ValueError(
-            f"{path} has changed since the run split it ({fingerprint.split(',')[0]} then, {now.split(',')[0]} now), "
+            f"{path} has changed since the run split it ({then} then, {len(readable)} images now), "
             "so which images it held out can no longer be told: put the folder back as it was; evaluate on images "
             "the model never saw (--dataset FOLDER --split all); or train anew (--overwrite)."
         )
@@ -306,13 +320,14 @@ class FolderIndex:
 def _list_images(path, classes):
     """`(name relative to path, label, (size, mtime_ns), or None for a broken link)` of every
     image not hidden (no name starting with a dot), class folders listed in parallel threads, in
-    a stable order."""
+    a stable order. Links are followed, to folders (a class folder itself, or folders in it) and to
+    files alike, as `folder` finds its class folders; a folder reached twice (a link loop, a link
+    back to the dataset) is listed once per class, the dataset's own folder never."""
 
     def walk(label_and_name):
         label, name = label_and_name
         found = []
-        for root, folders, names in os.walk(path / name):
-            folders[:] = [f for f in folders if not f.startswith(".")]  # hidden, as hidden class folders
+        for root, names in folders.walk(path / name, seen={folders.folder_key(path)}):
             for file in names:
                 if Path(file).suffix.lower() in IMAGE_EXTENSIONS and not file.startswith("."):  # not macOS's ._x.jpg
                     full = os.path.join(root, file)
@@ -330,11 +345,20 @@ def _list_images(path, classes):
 
 
 def _fingerprint(readable):
-    """ "N images, sha256 HEX" of a folder's readable `(name, label)` files, which decide its split."""
+    """ "N images, sha256 HEX" of a folder's readable `(name, label)` files, which decide its split.
+    Recorded as this text in a run's config.yaml and in the files exported from it (their
+    `data_split`), and compared whole."""
     digest = hashlib.sha256()
     for name, _ in sorted(readable):
         digest.update(os.fsencode(name) + b"\0")
     return f"{len(readable)} images, sha256 {digest.hexdigest()[:16]}"
+
+
+def _fingerprint_count(fingerprint):
+    """The image count of a fingerprint `_fingerprint` made, or None for any other value (a
+    hand-edited config.yaml)."""
+    match = re.fullmatch(r"(\d+) images, sha256 [0-9a-f]{16}", fingerprint) if isinstance(fingerprint, str) else None
+    return int(match.group(1)) if match else None
 
 
 def _is_utf8(name):
