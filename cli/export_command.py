@@ -4,6 +4,7 @@ import argparse
 
 from keras_vit_cli.names import names
 from keras_vit_cli.output import progress_on_stderr
+from keras_vit_cli.signals import sigterm_as_interrupt
 
 _MODES = names.LITERT_MODES
 
@@ -18,9 +19,10 @@ def add_parser(subparsers):
         "requests, models.config), in float32 or, with --saved-model-precision bfloat16, with bf16 matmuls for "
         "CPUs that have them; frozen (--freeze, the default for bfloat16) its weights are graph constants, which "
         "TensorFlow runs faster on CPU. --tflite writes NAME_MODE.tflite files with label metadata "
-        "(MediaPipe-ready), builtin ops only. Every artifact is run on the held-out images (--dataset: another "
-        "data's, needed for calibrated modes of a model without a run); the report (export_report.json/.md) "
-        "gives size, top-1, agreement with the Keras model and batch-1 latency; export_config.yaml beside it "
+        "(MediaPipe-ready, except with --io-type int8 or int16), builtin ops only. Every artifact is run on the "
+        "held-out images (--dataset: another data's, needed for calibrated modes of a model without a run); "
+        "the report (export_report.json/.md) gives size, top-1, agreement with the Keras model and batch-1 "
+        "latency; export_config.yaml beside it "
         f"records the options. Quantisation modes: {', '.join(_MODES)}.",
     )
     parser.add_argument(
@@ -39,9 +41,14 @@ def add_parser(subparsers):
     )
     parser.add_argument(
         "--io-type",
-        help="input/output type of int8 and int8-mixed (float32, int8, uint8) and int16x8 (float32, int16) files",
+        help="input/output type of int8 and int8-mixed (float32, int8, uint8) and int16x8 (float32, int16) files; "
+        "MediaPipe's ImageClassifier takes uint8 and float32 only",
     )
-    parser.add_argument("--name", help="model name: TF Serving folder and .tflite prefix (vit)")
+    parser.add_argument(
+        "--name",
+        help="model name: TF Serving folder and .tflite prefix (vit); with --saved-model ASCII letters, digits, "
+        "'_', '-' and '.' (not first)",
+    )
     parser.add_argument(
         "--saved-model-precision",
         choices=tuple(names.SAVED_MODEL_PRECISIONS),
@@ -96,6 +103,12 @@ _FIELDS = {
 
 
 def run(args):
+    # SIGTERM stops it as Ctrl-C does: the staging folders (.export.*, .VERSION.*) are removed.
+    with sigterm_as_interrupt():
+        _export(args)
+
+
+def _export(args):
     from keras_vit.export import ExportConfig, ExportError, export, load_source
     from keras_vit.training.run import training_run
 

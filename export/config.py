@@ -2,6 +2,7 @@
 
 import dataclasses
 import os
+import re
 from pathlib import Path
 
 from keras_vit.config import check_fields, check_types, read_yaml_options, to_plain_dict
@@ -10,6 +11,18 @@ from keras_vit.export.source import ExportError
 from keras_vit.names import LITERT_MODES, SAVED_MODEL_PRECISIONS
 
 CONFIG_FILE = "export_config.yaml"  # written beside the report: how the export was made
+# A model name TF Serving takes: the `name: "..."` of models.config (no quotes, backslashes or
+# braces to break it), the model's folder and its REST path `/v1/models/NAME` (no spaces).
+SERVING_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]*")
+
+
+def check_serving_name(name):
+    """Raises ExportError unless `name` is a TF Serving model name (`SERVING_NAME`)."""
+    if not isinstance(name, str) or not SERVING_NAME.fullmatch(name):
+        raise ExportError(
+            f"name {name!r} is not a TF Serving model name: use ASCII letters, digits, '_', '-' and '.' (not first), "
+            "e.g. digits-v2."
+        )
 
 
 def saved_model_policy(precision):
@@ -77,6 +90,8 @@ class ExportConfig:
                 f"input/output type {self.io_type} applies to none of the modes {', '.join(self.modes)} (the "
                 f"calibrated modes take {takes}; the others float32)."
             )
+        if self.saved_model_dir:  # it names the model in models.config and its folder
+            check_serving_name(self.name)
         if not self.name or self.name in (".", "..") or any(c in self.name for c in "/\\\0\n"):
             raise ExportError(
                 f"name {self.name!r} is not a file name (no folders): it names the NAME_MODE.tflite files and the "

@@ -38,6 +38,8 @@ def export(source, config=None, **options):
         taken = [f for f, *_ in plan if (Path(c.tflite_dir) / f).exists()]
         if taken:
             raise ExportError(f"{Path(c.tflite_dir) / taken[0]} exists; pass --overwrite to replace it.")
+    if c.saved_model_dir:  # a version that exists, refused before any file is written (it was after the LiteRT files)
+        serving.version_directory(c.saved_model_dir, c.name, c.version, c.overwrite)
     needs_calibration = any(mode in litert.CALIBRATED for _, _, mode in plan)
     if needs_calibration and source.calibration_images is None:
         calibrated = [mode for mode in litert.MODES if mode in {mode for _, _, mode in plan} & set(litert.CALIBRATED)]
@@ -140,10 +142,13 @@ def _export_tflite(source, plan, values, directory, name, io_type, images, label
             if variant == "qat":
                 data = litert.fold_requantize(data)
             ops = litert.check_ops(data, mode)
+            description = f"ViT image classifier ({variant}, {mode})"
+            if io not in litert.MEDIAPIPE_IO_TYPES:
+                description += f"; {io} input/output: not {report.FOR_MEDIAPIPE}"
             data = metadata.with_metadata(
                 data,
                 name,
-                f"ViT image classifier ({variant}, {mode})",
+                description,
                 source.labels,
                 source.model.config.image_size,
                 records=metadata.model_records(source.model.config, source.data_split),
@@ -163,6 +168,7 @@ def _export_tflite(source, plan, values, directory, name, io_type, images, label
                     runner.latency_ms(images[0]),
                     mode=mode,
                     io_type=io,
+                    mediapipe_ready=io in litert.MEDIAPIPE_IO_TYPES,
                     variant=variant,
                     ops=ops,
                     **extra[variant],

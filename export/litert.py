@@ -19,6 +19,8 @@ IO_TYPES = {
     "int16x8": ("float32", "int16"),
 }
 CALIBRATED = tuple(IO_TYPES)  # the modes with quantised activations (and input/output options)
+# The input types MediaPipe Tasks' ImageClassifier feeds (it refuses an int8 or int16 input tensor).
+MEDIAPIPE_IO_TYPES = ("float32", "uint8")
 # Ops that int8-mixed computes in float32 (between a DEQUANTIZE and a QUANTIZE), with
 # LayerNorm's epsilon ADD. The XNNPACK delegate has no int8 kernels for SOFTMAX, GELU and
 # RSQRT (ai-edge-litert 2.3.0), so in an int8 file LiteRT runs them on its builtin kernels,

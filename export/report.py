@@ -18,6 +18,9 @@ COLUMNS = (
 )
 
 
+FOR_MEDIAPIPE = "for MediaPipe's ImageClassifier, which takes uint8 or float32 input"  # "not ...": int8/int16 io
+
+
 def measure(name, kind, path, data, probabilities, reference, labels=None, latency_ms=None, **extra):
     """One report row: `data` the file's bytes (None: a directory, measured at `path`),
     `probabilities` of the artifact and `reference` (the float32 Keras model) on the same images,
@@ -71,6 +74,15 @@ def markdown(report):
             else:
                 cells.append(str(value))
         lines.append("| " + " | ".join(cells) + " |")
+    # A .tflite file with int8 or int16 input/output (`--io-type`): MediaPipe refuses it.
+    unready = [
+        f"{r['artifact']} ({r['io_type']} input/output)"
+        for r in report["artifacts"]
+        if r.get("mediapipe_ready") is False
+    ]
+    if unready:
+        them = "it" if len(unready) == 1 else "them"
+        lines += ["", f"Not {FOR_MEDIAPIPE}: {', '.join(unready)}; run {them} on LiteRT's interpreter."]
     return "\n".join(lines) + "\n"
 
 

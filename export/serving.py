@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from keras_vit import tf_predict
 from keras_vit.export import frozen
-from keras_vit.export.config import saved_model_policy
+from keras_vit.export.config import SERVING_NAME, check_serving_name, saved_model_policy
 from keras_vit.export.source import ExportError, require_tensorflow_backend
 from keras_vit.names import DATA_SPLIT_FILE, LABELS_FILE
 from keras_vit.saving import in_policy, versions
@@ -116,17 +116,8 @@ def save_serving_model(
     `freeze` (weights as graph constants: faster on CPU, graphs up to 2 GiB; None: for
     bfloat16) as in `serving_model`. Returns the version directory."""
     require_tensorflow_backend()
-    base = Path(directory) / name
-    existing = sorted(int(p.name) for p in base.glob("*") if p.name.isdigit()) if base.is_dir() else []
-    version = (existing[-1] + 1 if existing else 1) if version is None else int(version)
-    if version < 1:
-        raise ExportError(f"the SavedModel version must be a positive integer; got {version}.")
-    target = base / str(version)
-    if target.exists() and not overwrite:
-        raise ExportError(
-            f"{target} exists; a version TF Serving may be serving is replaced only with --overwrite (or give another "
-            "--version)."
-        )
+    target = version_directory(directory, name, version, overwrite)
+    base, version = target.parent, int(target.name)
     base.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{version}.", dir=base))
     try:
@@ -157,12 +148,33 @@ def save_serving_model(
     return target
 
 
+def version_directory(directory, name, version=None, overwrite=False):
+    """`directory/<name>/<version>/`, the folder `save_serving_model` writes (version: the next
+    free number unless given); ExportError for a name TF Serving cannot use, or for a version
+    that exists unless `overwrite`. Reads the disk, writes nothing: `export` asks it before it
+    writes any file."""
+    check_serving_name(name)
+    base = Path(directory) / name
+    existing = sorted(int(p.name) for p in base.glob("*") if p.name.isdigit()) if base.is_dir() else []
+    version = (existing[-1] + 1 if existing else 1) if version is None else int(version)
+    if version < 1:
+        raise ExportError(f"the SavedModel version must be a positive integer; got {version}.")
+    target = base / str(version)
+    if target.exists() and not overwrite:
+        raise ExportError(
+            f"{target} exists; a version TF Serving may be serving is replaced only with --overwrite (or give another "
+            "--version)."
+        )
+    return target
+
+
 def models_config(directory, name):
     """A TF Serving `--model_config_file` for every model folder in `directory` (one holding a
     numbered SavedModel: TF Serving waits for a version of each model it is given, so a `tflite/`
     or report folder beside them is left out), with the paths of the `tensorflow/serving`
-    container's default mount `/models`."""
-    folders = [p for p in Path(directory).iterdir() if p.is_dir() and not p.name.startswith(".")]
+    container's default mount `/models`. A folder whose name TF Serving cannot take (`SERVING_NAME`:
+    a quote would break the file) is left out."""
+    folders = [p for p in Path(directory).iterdir() if p.is_dir() and SERVING_NAME.fullmatch(p.name)]
     names = sorted({name} | {p.name for p in folders if versions(p)})
     entries = "".join(
         f'  config {{\n    name: "{n}"\n    base_path: "/models/{n}"\n    model_platform: "tensorflow"\n  }}\n'

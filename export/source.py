@@ -60,6 +60,7 @@ class ExportSource:
         size, channels = tuple(self.model.config.image_size), self.model.config.channels
         if len(self.labels) != self.model.config.num_classes:
             raise ExportError(f"{len(self.labels)} label names for a model of {self.model.config.num_classes} classes.")
+        saving.check_label_names(self.labels)
         for what in ("eval_images", "calibration_images"):
             images = getattr(self, what)
             if images is None:

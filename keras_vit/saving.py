@@ -155,7 +155,21 @@ def index_names(num_classes):
 
 
 def read_labels_file(path):
-    """The class names in the file `path`, one per line."""
+    """The class names in the file `path`, one per line (blank lines at the end ignored); a
+    blank line among them is refused (`check_label_names`)."""
     if not Path(path).is_file():
         raise ModelFileError(f"labels file not found: {path}")
-    return Path(path).read_text().splitlines()
+    names = Path(path).read_text().splitlines()
+    while names and not names[-1].strip():
+        names.pop()
+    check_label_names(names, f"{path}: line")
+    return names
+
+
+def check_label_names(names, what="class name"):
+    """Raises ModelFileError for a blank class name, which labels nothing (in a labels file, the
+    n-th line names class n). A name given twice is allowed: ImageNet-1k has two classes named
+    "crane" and two "maillot"."""
+    for number, name in enumerate(names, 1):
+        if not str(name).strip():
+            raise ModelFileError(f"{what} {number} is blank; give one class name per line, without blank lines.")

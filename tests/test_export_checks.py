@@ -1,0 +1,175 @@
+"""keras-vit export refusing bad input before it writes anything, cleaning up on SIGTERM, and
+saying which LiteRT files MediaPipe cannot read: on a tiny untrained ViT, fast."""
+
+import json
+import signal
+
+import numpy as np
+import pytest
+from helpers import images, perturb, tiny_config
+
+import keras_vit
+
+pytestmark = [pytest.mark.tensorflow_only, pytest.mark.xdist_group("export")]
+
+LABELS = ["cat", "dog", "bird"]
+
+
+@pytest.fixture(scope="module")
+def model_file(tmp_path_factory):
+    model = perturb(keras_vit.ViT(tiny_config(num_classes=len(LABELS))), scale=0.5)
+    path = tmp_path_factory.mktemp("tiny") / "tiny.keras"
+    model.save(path)
+    return path
+
+
+@pytest.fixture
+def export_cli(capsys):
+    """`keras-vit export ARGS...`: (exit status, the last line on stderr)."""
+    from keras_vit_cli import main
+
+    def run(*args):
+        status = main(["export", *map(str, args)])
+        err = capsys.readouterr().err.strip().splitlines()
+        return status, err[-1] if err else ""
+
+    return run
+
+
+def tree(directory):
+    """Every path under `directory`, relative, sorted (None: no such folder)."""
+    if not directory.exists():
+        return None
+    return sorted(str(p.relative_to(directory)) for p in directory.rglob("*"))
+
+
+def test_a_saved_model_version_that_exists_is_refused_before_any_file_is_written(model_file, tmp_path, export_cli):
+    serving, tflite = tmp_path / "serving", tmp_path / "tflite"
+    (serving / "vit" / "1").mkdir(parents=True)
+    (serving / "vit" / "1" / "saved_model.pb").write_bytes(b"served")
+    before = tree(serving)
+    status, line = export_cli(
+        model_file, "--saved-model", serving, "--tflite", tflite, "--quantize", "float32", "--version", 1
+    )
+    assert status == 2
+    assert line.startswith("keras-vit export: error: ") and f"{serving / 'vit' / '1'} exists" in line
+    assert tree(tflite) is None and tree(serving) == before  # was: vit_float32.tflite and the report written first
+    from keras_vit.export.serving import version_directory
+
+    assert version_directory(serving, "vit") == serving / "vit" / "2"  # the next free version: no conflict
+    assert version_directory(serving, "vit", 1, overwrite=True) == serving / "vit" / "1"
+    assert tree(serving) == before
+    # the .tflite check and the version check, both before anything is written
+    tflite.mkdir()
+    (tflite / "vit_float32.tflite").write_bytes(b"old")
+    status, line = export_cli(model_file, "--saved-model", serving, "--tflite", tflite, "--quantize", "float32")
+    assert status == 2 and "vit_float32.tflite exists; pass --overwrite" in line
+    assert tree(tflite) == ["vit_float32.tflite"] and tree(serving) == before
+
+
+@pytest.mark.parametrize("name", ['my "best"', "my best", ".vit", "vit}", "ViT\\1", "naïve"])
+def test_a_name_tf_serving_cannot_use_is_refused_in_one_line(model_file, tmp_path, export_cli, name):
+    from keras_vit.export import ExportConfig, ExportError
+
+    status, line = export_cli(model_file, "--saved-model", tmp_path / "serving", "--name", name)
+    assert status == 2 and line.startswith("keras-vit export: error: name ")
+    assert "TF Serving model name" in line and "letters, digits" in line
+    assert not (tmp_path / "serving").exists()
+    with pytest.raises(ExportError, match="TF Serving model name"):
+        ExportConfig(saved_model_dir=str(tmp_path / "serving"), name=name)
+
+
+def test_models_config_always_parses_and_names_every_saved_model(tmp_path):
+    text_format = pytest.importorskip("google.protobuf.text_format")
+    config_pb2 = pytest.importorskip("tensorflow_serving.config.model_server_config_pb2")
+    from keras_vit.export import ExportConfig, ExportError
+    from keras_vit.export.serving import models_config
+
+    for name in ("digits-v2.1", "my_model", "_x", "-y", "7"):  # all fine
+        assert ExportConfig(saved_model_dir=str(tmp_path), name=name).name == name
+    with pytest.raises(ExportError, match="TF Serving model name"):
+        from keras_vit.export.serving import save_serving_model
+
+        save_serving_model(None, tmp_path, name='a"b')  # the Python API refuses it too, before reading the source
+    # A folder of a SavedModel that TF Serving cannot name, put there by hand, is left out.
+    for folder in ("vit/1", 'we"ird/1', "odd name/2", "fine-1.0/3"):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "saved_model.pb").write_bytes(b"")
+    parsed = text_format.Parse(models_config(tmp_path, "vit"), config_pb2.ModelServerConfig())
+    assert [c.name for c in parsed.model_config_list.config] == ["fine-1.0", "vit"]
+    assert [c.base_path for c in parsed.model_config_list.config] == ["/models/fine-1.0", "/models/vit"]
+
+
+@pytest.mark.parametrize("blank", ["", "  "])
+def test_a_labels_file_with_a_blank_name_is_refused_and_repeated_names_pass(model_file, tmp_path, export_cli, blank):
+    from keras_vit.export import ExportSource, load_source
+    from keras_vit.saving import read_labels_file
+
+    (tmp_path / "labels.txt").write_text(f"cat\n{blank}\nbird\n")
+    labels = ("--labels", tmp_path / "labels.txt")
+    status, line = export_cli(model_file, *labels, "--tflite", tmp_path / "tflite", "--quantize", "float32")
+    assert status == 2 and line.startswith("keras-vit export: error: ")
+    assert "labels.txt: line 2 is blank; give one class name per line" in line
+    assert not (tmp_path / "tflite").exists()
+    (tmp_path / "trailing.txt").write_text(f"cat\ndog\nbird\n{blank}\n\n")  # blank lines at the end: ignored
+    assert read_labels_file(tmp_path / "trailing.txt") == ["cat", "dog", "bird"]
+    model = load_source(model_file).model
+    with pytest.raises(ValueError, match="class name 2 is blank"):
+        ExportSource(model, ["cat", blank, "bird"])
+    # ImageNet-1k names two classes "crane": a repeated name is not refused
+    assert ExportSource(model, ["crane", "dog", "crane"]).labels == ["crane", "dog", "crane"]
+
+
+def test_sigterm_during_an_export_leaves_no_staging_files(model_file, tmp_path, export_cli, monkeypatch):
+    """SIGTERM (`kill`, `docker stop`) stops the export as Ctrl-C does: the staging folders go, the
+    status is 128 + 15. The signal is raised in the process itself where the files are staged
+    (as a .tflite file and as the SavedModel start to be made)."""
+    from keras_vit.export import litert, serving
+
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        pytest.skip("SIGTERM is handled by someone else in this process")
+
+    def terminate(*args, **kwargs):
+        # Without a handler, SIGTERM would end pytest itself: fail instead.
+        assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL, "SIGTERM has no handler during the export"
+        signal.raise_signal(signal.SIGTERM)
+        raise AssertionError("SIGTERM did not stop the export")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(litert, "convert", terminate)
+        status, line = export_cli(model_file, "--tflite", tmp_path / "tflite", "--quantize", "float32")
+    assert (status, line) == (128 + signal.SIGTERM, "keras-vit export: stopped by SIGTERM")
+    assert tree(tmp_path / "tflite") == []  # was: .export.XXXX/ left behind
+    with monkeypatch.context() as patch:
+        patch.setattr(serving, "ServingModule", terminate)  # once its staging folder is made
+        status, line = export_cli(model_file, "--saved-model", tmp_path / "serving")
+    assert (status, line) == (128 + signal.SIGTERM, "keras-vit export: stopped by SIGTERM")
+    assert tree(tmp_path / "serving") == ["vit"]  # the .1.XXXX/ staging folder is gone
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # restored after the command
+
+
+def test_int8_input_output_files_are_reported_as_not_for_mediapipe(model_file, tmp_path):
+    from keras_vit.export import ExportConfig, export, load_source
+    from keras_vit.export.metadata import read_description
+
+    pixels = np.round(images(batch=4, seed=1))
+    source = load_source(model_file).with_data({"calibration_images": pixels})
+    out = tmp_path / "tflite"
+    result = export(source, ExportConfig(tflite_dir=str(out), modes=("float32", "int8"), io_type="int8"))
+    rows = {row["artifact"]: row for row in result["artifacts"]}
+    assert rows["vit_int8.tflite"]["io_type"] == "int8" and rows["vit_int8.tflite"]["mediapipe_ready"] is False
+    assert rows["vit_float32.tflite"]["io_type"] == "float32" and rows["vit_float32.tflite"]["mediapipe_ready"] is True
+    notes = [line for line in result["table"].splitlines() if "MediaPipe" in line]
+    assert notes == [
+        "Not for MediaPipe's ImageClassifier, which takes uint8 or float32 input: vit_int8.tflite (int8 "
+        "input/output); run it on LiteRT's interpreter."
+    ]
+    assert (out / "export_report.md").read_text() == result["table"]
+    written = {row["artifact"]: row for row in json.loads((out / "export_report.json").read_text())["artifacts"]}
+    assert written["vit_int8.tflite"]["mediapipe_ready"] is False
+    description = read_description((out / "vit_int8.tflite").read_bytes())
+    assert description == (
+        "ViT image classifier (float, int8); int8 input/output: not for MediaPipe's ImageClassifier, which takes "
+        "uint8 or float32 input"
+    )
+    assert read_description((out / "vit_float32.tflite").read_bytes()) == "ViT image classifier (float, float32)"
