@@ -612,3 +612,33 @@ def test_known_name_builds_the_model_its_checkpoint_was_trained_as(tmp_path, mon
     assert "position embedding resampled from a 24x24 to a 14x14 grid" in caplog.text
     with pytest.raises(ValueError, match="is a checkpoint of preset 'vit_ti16', not 'vit_s16'"):
         keras_vit.ViT.from_preset("vit_s16", weights=name)
+
+
+def test_a_huggingface_image_processor_gives_the_models_crop_and_interpolation(tmp_path):
+    # Its resize and centre crop were not read: DeiT's 256 -> 224 crop and ViT's plain resize both
+    # became keras_vit's default crop of 0.875.
+    pytest.importorskip("torch")
+    from keras_vit.benchmark import torchvision_stub
+    from keras_vit.checkpoints.huggingface import input_transform
+
+    torchvision_stub.install()  # before transformers, as tests/test_reference_parity.py
+    transformers = pytest.importorskip("transformers")
+
+    config = transformers.ViTConfig(
+        hidden_size=48, num_hidden_layers=1, num_attention_heads=3, intermediate_size=96, image_size=32, num_labels=3
+    )
+    transformers.ViTForImageClassification(config).save_pretrained(tmp_path / "hf")
+    processors = {
+        "deit": (transformers.DeiTImageProcessor(), 224 / 256, "bilinear"),  # bicubic: keras_vit's bilinear kept
+        "vit": (transformers.ViTImageProcessor(), 1.0, "bilinear"),
+        "nearest": (transformers.ViTImageProcessor(resample=0), 1.0, "nearest"),
+    }
+    for name, (processor, crop, interpolation) in processors.items():
+        processor.save_pretrained(tmp_path / "hf")
+        model = keras_vit.ViT.from_checkpoint(tmp_path / "hf")
+        assert (model.config.crop_fraction, model.config.interpolation) == (crop, interpolation), name
+    assert input_transform({"do_resize": False, "size": 224}) == {}
+    assert input_transform({"size": {"shortest_edge": 256}, "do_center_crop": True, "crop_size": 224}) == {
+        "crop_fraction": 0.875
+    }
+    assert input_transform(None) == {} and input_transform({"size": "x"}) == {}

@@ -74,6 +74,7 @@ def class_names(hf_config):
 PROCESSOR_FILE = "preprocessor_config.json"
 # Transformers' defaults for a ViT image processor without these keys.
 _RESCALE, _MEAN, _STD = 1 / 255, 0.5, 0.5
+_PIL_INTERPOLATIONS = {0: "nearest", 2: "bilinear"}  # PIL resample codes keras_vit's transform has
 
 
 def read_processor(path):
@@ -98,9 +99,34 @@ def input_statistics(processor):
     return dict(input_mean=tuple(float(m / scale) for m in mean), input_std=tuple(float(s / scale) for s in std))
 
 
+def input_transform(processor):
+    """`crop_fraction` (and `interpolation` where keras_vit has the processor's) of an image
+    processor config that resizes: Transformers' ViT processor resizes to `size` (crop 1), DeiT's
+    resizes to 256 and centre-crops 224 (crop 0.875); {} without one, or when it does not resize."""
+    if not processor or not processor.get("do_resize", True):
+        return {}
+    fields = {}
+    resample = processor.get("resample")
+    if resample in _PIL_INTERPOLATIONS:  # others (bicubic, Lanczos) keep keras_vit's bilinear
+        fields["interpolation"] = _PIL_INTERPOLATIONS[resample]
+    resized = _side(processor.get("size"))
+    cropped = _side(processor.get("crop_size")) if processor.get("do_center_crop", False) else None
+    if resized:
+        fields["crop_fraction"] = min(1.0, cropped / resized) if cropped else 1.0
+    return fields
+
+
+def _side(size):
+    """The height of a processor's `size` or `crop_size` (an int, {"height", "width"} or
+    {"shortest_edge"}); None when it gives none."""
+    if isinstance(size, dict):
+        size = size.get("height", size.get("shortest_edge"))
+    return size if isinstance(size, (int, float)) and not isinstance(size, bool) and size > 0 else None
+
+
 def config_fields(hf_config, tensors, processor=None):
     """ViTConfig fields from a Hugging Face `config.json` (and the tensors, for the heads; and
-    the image processor config, for the input statistics)."""
+    the image processor config, for the input statistics and transform)."""
     if hf_config is None:
         raise CheckpointError("a Hugging Face checkpoint needs its config.json beside the weights.")
     if hf_config.get("model_type", "vit") != "vit":
@@ -125,4 +151,5 @@ def config_fields(hf_config, tensors, processor=None):
         num_classes=num_classes,
         representation_size=tensors[pooler[0]].shape[0] if pooler else None,
         **input_statistics(processor),
+        **input_transform(processor),
     )
