@@ -35,7 +35,10 @@ class _ImagesChecked(WeightsKeptOnError):
         return super().evaluate(x, *args, **kwargs)
 
     def predict(self, x, *args, **kwargs):
-        check_images(_input_shape(x), self._image_spec())
+        shape = _input_shape(x)
+        check_images(shape, self._image_spec())
+        if shape is not None and shape[0] == 0:  # Keras's loop fails on no batch at all
+            return keras.tree.map_structure(keras.ops.convert_to_numpy, self.predict_on_batch(x))
         return super().predict(x, *args, **kwargs)
 
 
@@ -245,8 +248,13 @@ class ViT(_ImagesChecked, keras.Model):
         as a list of numpy arrays."""
         if isinstance(images, (list, tuple)):
             images = np.asarray(images, dtype="float32")
-        check_images(_input_shape(images), self.config)
-        outputs = self.attention_model().predict(images, batch_size=batch_size, verbose=0)
+        shape = _input_shape(images)
+        check_images(shape, self.config)
+        model = self.attention_model()
+        if shape is not None and shape[0] == 0:  # Keras's predict loop fails on no batch at all
+            outputs = keras.tree.map_structure(keras.ops.convert_to_numpy, model.predict_on_batch(images))
+        else:
+            outputs = model.predict(images, batch_size=batch_size, verbose=0)
         return list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
 
     def resized(self, image_size):

@@ -817,3 +817,14 @@ def test_inspection_apis_take_natural_input_forms_and_refuse_bad_ones_in_one_lin
     with pytest.raises(ValueError, match="2 maps and 3 labels for 2 images"):
         plot.heatmap_overlays(x, np.zeros((2, 32, 32)), tmp_path / "f.png", "t", labels=["a", "b", "c"])
     assert not (tmp_path / "f.png").exists()
+
+
+def test_an_empty_batch_gives_empty_outputs_on_every_backend():
+    # Keras's predict loop failed (UnboundLocalError), and PyTorch could not reshape no patches
+    model = keras_vit.ViT(tiny_config())
+    empty = images(batch=0)
+    assert keras.ops.convert_to_numpy(model(empty)).shape == (0, 7)
+    assert model.predict(empty, verbose=0).shape == model.predict_on_batch(empty).shape == (0, 7)
+    assert [a.shape for a in model.attention_probabilities(empty)] == [(0, 4, 17, 17)] * 2
+    features = model.feature_model(blocks=0).predict(empty, verbose=0)
+    assert features["block_0"].shape == (0, 4, 4, 64) and features["pooled"].shape == (0, 64)

@@ -38,7 +38,9 @@ class PatchEmbedding(keras.layers.Layer):
         if None not in images.shape[1:] and self._as_matmul(training):
             return self._project_patches(images, training)
         x = project(self.projection, images, training)
-        return ops.reshape(x, (ops.shape(x)[0], -1, self.hidden_size))
+        # The token count, not -1, where it is known: PyTorch cannot infer -1 in an empty batch.
+        tokens = x.shape[1] * x.shape[2] if None not in x.shape[1:3] else -1
+        return ops.reshape(x, (ops.shape(x)[0], tokens, self.hidden_size))
 
     def _as_matmul(self, training):
         """Whether to run the projection as `_project_patches`: in inference on JAX, where XLA's
