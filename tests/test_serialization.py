@@ -90,6 +90,9 @@ def test_a_quantized_model_round_trips_through_a_keras_file_and_resized(tmp_path
     resized = restored.resized(48)
     assert [layer.path for layer in resized._flatten_layers() if layer.quantization_mode] == quantized
     assert resized(images(size=(48, 48))).shape == (2, 7)
+    # as a checkpoint (convert, load_weights) its integer kernels and scales have no float place
+    with pytest.raises(ValueError, match=r"int8\.keras holds a quantized model \(int8\): load it whole"):
+        keras_vit.ViT.from_checkpoint(tmp_path / "int8.keras")
 
 
 def test_no_lambda_layers():

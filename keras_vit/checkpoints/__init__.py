@@ -102,6 +102,13 @@ def open_checkpoint(source, infer_config=True):
         return Checkpoint(weights, fields if infer_config else None, "keras-hub", None, _numerics(fields))
     if path.suffix == ".keras" or (path.is_dir() and any((path / name).is_file() for name in RUN_CHECKPOINTS)):
         model = saving.load_model(path)
+        quantized = sorted({layer.quantization_mode for layer in model._flatten_layers() if layer.quantization_mode})
+        if quantized:  # its variables are integer kernels and scales, not weights to place
+            raise CheckpointError(
+                f"{path} holds a quantized model ({', '.join(quantized)}): load it whole with "
+                "keras.saving.load_model; converting it or taking its weights needs the float model it was "
+                "quantized from."
+            )
         weights = {**export(model), official.GRID_PATH: np.asarray(model.config.grid_size, "int32")}
         names = saving.label_names(path, model)
         names = None if names == saving.index_names(model.config.num_classes) else tuple(names)
