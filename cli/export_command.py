@@ -102,6 +102,16 @@ _FIELDS = {
 }
 
 
+def _flag_named(message, given):
+    """ExportConfig's `message` with the field it starts with named by its flag where a flag gave
+    it (`calibration_size must be positive` -> `--calibration-size must be positive`); a field of
+    the --config file keeps its name there."""
+    for flag, field in _FIELDS.items():
+        if field in given and message.startswith(f"{field} "):
+            return f"--{flag.replace('_', '-')}{message[len(field) :]}"
+    return message
+
+
 def run(args):
     # SIGTERM stops it as Ctrl-C does: the staging folders (.export.*, .VERSION.*) are removed.
     with sigterm_as_interrupt():
@@ -113,7 +123,10 @@ def _export(args):
     from keras_vit.training.run import training_run
 
     options = {field: getattr(args, flag) for flag, field in _FIELDS.items() if getattr(args, flag) is not None}
-    config = ExportConfig.from_yaml(args.config, **options) if args.config else ExportConfig(**options)
+    try:
+        config = ExportConfig.from_yaml(args.config, **options) if args.config else ExportConfig(**options)
+    except ExportError as error:
+        raise ExportError(_flag_named(str(error), options)) from None
     if args.finetune_epochs is not None and config.prune is None and config.cluster is None:
         raise ValueError("--finetune-epochs sets how long --prune and --cluster fine-tune; give one of them.")
     source = load_source(args.source, labels=args.labels)

@@ -9,6 +9,7 @@ import sys
 
 from keras_vit_cli import images as image_io
 from keras_vit_cli.names import names
+from keras_vit_cli.options import check_image_size
 from keras_vit_cli.output import progress_on_stderr
 from keras_vit_cli.signals import exit_status, interrupted
 
@@ -245,6 +246,8 @@ def run_train(args):
         values["jit_compile"] = args.jit_compile
     if args.batch_size is not None and args.global_batch_size is not None:
         raise ValueError("--batch-size (per replica) and --global-batch-size are one or the other; give one.")
+    if args.image_size is not None:
+        check_image_size(args.image_size)
     config = TrainConfig.from_yaml(args.config, **values) if args.config else TrainConfig(**values)
     if args.image_size is not None:
         config = dataclasses.replace(config, model={**config.model, "image_size": args.image_size})

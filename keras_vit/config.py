@@ -117,8 +117,8 @@ class ViTConfig:
             raise ValueError(f"`num_classes` must be >= 0 (0 for no head); got {self.num_classes}.")
         if self.hidden_size % self.num_heads:
             raise ValueError(
-                f"hidden_size={self.hidden_size} is not divisible by num_heads={self.num_heads}; "
-                f"choose num_heads among the divisors of {self.hidden_size} "
+                f"the hidden size {self.hidden_size} is not divisible by {self.num_heads} attention heads; "
+                f"choose a number of heads that divides {self.hidden_size} "
                 f"(e.g. {_nearest_divisor(self.hidden_size, self.num_heads)})."
             )
         if self.resnet_layers is not None and (self.resnet_width < 1 or self.resnet_width % RESNET_GROUPS):

@@ -107,6 +107,11 @@ def load_keras_file(path):
     return model
 
 
+# Config fields in the words of `load_model`'s message, for its keyword arguments and the command
+# line's flags alike (`num_classes=`, `--num-classes`).
+_OVERRIDE_WORDS = {"image_size": "image size", "num_classes": "number of classes", "num_heads": "number of heads"}
+
+
 def load_model(source, **overrides):
     """A keras_vit `ViT` from a `.keras` file, a run directory (its `best.keras`, else
     `last.keras`) or any checkpoint `ViT.from_checkpoint` reads (file, Hugging Face or keras-hub
@@ -126,7 +131,9 @@ def load_model(source, **overrides):
 
     if path.suffix == ".keras" and not keras_hub.is_keras_hub(path):
         if overrides:
-            raise ModelFileError(f"{path} is a complete model: its {', '.join(overrides)} cannot be overridden.")
+            words = [_OVERRIDE_WORDS.get(name, name.replace("_", " ")) for name in overrides]
+            fields = " and ".join(filter(None, [", ".join(words[:-1]), words[-1]]))
+            raise ModelFileError(f"{path} is a complete model: its {fields} cannot be overridden.")
         return load_keras_file(path)
     return ViT.from_checkpoint(source, **overrides)
 

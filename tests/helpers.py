@@ -37,3 +37,27 @@ def sample_photos(size):
         for name in ("china.jpg", "flower.jpg")
     ]
     return np.stack([np.asarray(p, dtype="float32") for p in photos])
+
+
+def write_image_folder(root, counts, size=8, seed=0):
+    """An image-folder dataset at `root`: for each `(class name, count)` of `counts`, that many
+    random `size` x `size` RGB images `0.png`, `1.png`, ... in `root/NAME/`. Returns `root`."""
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    for name, count in counts:
+        (root / name).mkdir(parents=True)
+        for i in range(count):
+            Image.fromarray(rng.integers(0, 255, (size, size, 3), dtype=np.uint8)).save(root / name / f"{i}.png")
+    return root
+
+
+def hf_vit_config(**overrides):
+    """A small Hugging Face `transformers.ViTConfig` (width 48 in 3 heads, MLP 96, one block, 32x32
+    images in 16x16 patches), `overrides` replacing its fields. Import transformers (or skip) first."""
+    import transformers
+
+    values = dict(
+        hidden_size=48, num_hidden_layers=1, num_attention_heads=3, intermediate_size=96, image_size=32, patch_size=16
+    )
+    return transformers.ViTConfig(**{**values, **overrides})

@@ -7,7 +7,7 @@ import struct
 import keras
 import numpy as np
 import pytest
-from helpers import images, perturb, tiny_config
+from helpers import hf_vit_config, images, perturb, tiny_config
 
 import keras_vit
 from keras_vit.checkpoints import CheckpointError, known
@@ -624,9 +624,7 @@ def test_a_huggingface_image_processor_gives_the_models_crop_and_interpolation(t
     torchvision_stub.install()  # before transformers, as tests/test_reference_parity.py
     transformers = pytest.importorskip("transformers")
 
-    config = transformers.ViTConfig(
-        hidden_size=48, num_hidden_layers=1, num_attention_heads=3, intermediate_size=96, image_size=32, num_labels=3
-    )
+    config = hf_vit_config(num_labels=3)
     transformers.ViTForImageClassification(config).save_pretrained(tmp_path / "hf")
     processors = {
         "deit": (transformers.DeiTImageProcessor(), 224 / 256, "bilinear"),  # bicubic: keras_vit's bilinear kept

@@ -35,6 +35,10 @@ def test_summary_on_a_given_image_file(tmp_path, capsys):
         (["summary", "vit_b16.keras"], "model file not found: vit_b16.keras"),
         (["summary", "vit_ti16", "--image", "/no/such.jpg"], "image file not found: /no/such.jpg"),
         (["summary", "vit_ti16", "--image-size", "230"], "image height 230 is not divisible by patch size 16"),
+        # named by the flag or in words, not as ViTConfig's `num_classes`/`image_size` or `num_heads=5`
+        (["summary", "vit_ti16", "--num-classes", "-1"], "--num-classes must be >= 0 (0: no head); got -1."),
+        (["summary", "vit_ti16", "--image-size", "0"], "--image-size must be positive; got 0."),
+        (["summary", "vit_ti16", "--num-heads", "5"], "the hidden size 192 is not divisible by 5 attention heads"),
     ],
 )
 def test_bad_input_gives_one_line_and_exit_2(argv, message, capsys):
@@ -52,7 +56,13 @@ def test_bad_input_gives_one_line_and_exit_2(argv, message, capsys):
         (["train", "--weights", "cut.keras"], "cut.keras is not a whole .keras file (those are zip archives)"),
         (["predict", "cut.keras", "x.png"], "cut.keras is not a whole .keras file (those are zip archives)"),
         (["predict", "m.keras", "x.png", "--labels", "no.txt"], "labels file not found: no.txt"),
-        (["evaluate", "no_run"], "no_run does not exist: give a run directory, or a model and the data"),
+        (["evaluate", "no_run"], "no_run does not exist: give a run directory, or a model and the dataset to eva"),
+        # what a user of the command line types, not the Python API's `dataset=...` or the fields' names
+        (["evaluate", "m.keras"], "m.keras is not a run directory: say which dataset to evaluate on ('digits', "),
+        (["summary", "m.keras", "--num-classes", "3"], "m.keras is a complete model: its number of classes cannot"),
+        (["export", "m.keras", "--tflite", "t", "--calibration-size", "0"], "--calibration-size must be positive"),
+        (["export", "m.keras", "--saved-model", "x.png"], "--saved-model x.png is a file; export writes into a fo"),
+        (["predict", "h.keras", "x.png"], "h.keras has no classification head (0 classes): it gives image features"),
         (["export", "m.keras", "--tflite", "t", "--finetune-epochs", "3"], "--finetune-epochs sets how long --prune"),
         (["export", "m.keras", "--tflite", "t", "--io-type", "int16"], "input/output type int16 applies to none of"),
     ],
@@ -62,11 +72,13 @@ def test_bad_training_and_export_input_gives_one_line_and_exit_2(argv, message, 
     (tmp_path / "bad.yaml").write_text("model:\n  num_lyers: 2\n")
     (tmp_path / "cut.keras").write_bytes(b"PK\x03\x04" + bytes(100))  # a zip's first bytes, cut short
     Image.new("RGB", (8, 8)).save(tmp_path / "x.png")
-    if "m.keras" in argv:
+    if "m.keras" in argv or "h.keras" in argv:  # a model, and one without a head
         import keras_vit
 
         config = keras_vit.ViTConfig(image_size=8, patch_size=4, hidden_size=8, num_layers=1, num_heads=2, mlp_dim=8)
-        keras_vit.saving.save_model(keras_vit.ViT(dataclasses.replace(config, num_classes=2)), tmp_path / "m.keras")
+        for name, classes in (("m.keras", 2), ("h.keras", 0)):
+            model = keras_vit.ViT(dataclasses.replace(config, num_classes=classes))
+            keras_vit.saving.save_model(model, tmp_path / name)
     assert main(argv) == 2
     err = [line for line in capsys.readouterr().err.strip().splitlines() if "keras-vit" in line]
     assert len(err) == 1 and message in err[0] and err[0].startswith(f"keras-vit {argv[0]}: error:"), err

@@ -88,7 +88,7 @@ def test_overrides_and_grid():
     [
         (dict(image_size=230), r"image height 230 is not divisible by patch size 16.*multiple of 16"),
         (dict(image_size=(224, 100)), r"image width 100 is not divisible by patch size 16"),
-        (dict(num_heads=7), r"hidden_size=768 is not divisible by num_heads=7.*divisors"),
+        (dict(num_heads=7), r"hidden size 768 is not divisible by 7 attention heads; .* heads that divides 768"),
         (dict(classifier="cls"), r"`classifier` must be one of"),
         (dict(dropout_rate=1.0), r"`dropout_rate` must be in \[0, 1\)"),
         (dict(num_classes=-1), r"num_classes"),

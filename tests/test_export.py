@@ -568,7 +568,8 @@ def test_bad_input_gives_one_line_and_leaves_nothing_half_written(source, run_di
     assert exited.value.code == 2 and "invalid choice: 'int4'" in capsys.readouterr().err
     with pytest.raises(ExportError, match="choose from float32, float16, dynamic, int8, int8-mixed, int16x8"):
         ExportConfig(tflite_dir=str(tmp_path), modes=("int4",))
-    assert "prune (the sparsity) must be in (0, 1)" in fails([str(run_dir), "--tflite", str(tmp_path), "--prune", "2"])
+    pruned = fails([str(run_dir), "--tflite", str(tmp_path), "--prune", "2"])
+    assert "--prune (the sparsity) must be in (0, 1)" in pruned  # the flag, not ExportConfig's field
     (tmp_path / "bad.yaml").write_text("modes: [float32]\nqantize: 3\n")
     assert "unknown export option(s): qantize" in fails([str(run_dir), "--config", str(tmp_path / "bad.yaml")])
     (tmp_path / "typed.yaml").write_text("tflite_dir: out\ncalibration_size: lots\n")  # was int()'s own error

@@ -445,7 +445,7 @@ def test_bad_input_along_the_journey_gets_one_line(journey, tmp_path):
         (("predict", run_dir, not_image), "cannot read image"),
         (("predict", run_dir, images[0], "--top-k", "0"), "--top-k must be at least 1; got 0."),
         (("predict", run_dir, images[0], "--crop", "1.5"), "--crop must be in (0, 1] (1: resize without cropping)"),
-        (("evaluate", copied), "is not a run directory: say which data to evaluate on"),
+        (("evaluate", copied), "is not a run directory: say which dataset to evaluate on"),
     ]
     for args, message in cases:
         result = run(KERAS_VIT, *args, expect=2)

@@ -8,7 +8,7 @@ swapped tensor shows), written to disk in their native formats, and compared on 
 import keras
 import numpy as np
 import pytest
-from helpers import perturb, sample_photos
+from helpers import hf_vit_config, perturb, sample_photos
 
 import keras_vit
 from keras_vit.benchmark import torchvision_stub
@@ -72,15 +72,7 @@ def test_timm_state_dicts(tmp_path, name, preset, depth):
 
 def test_huggingface_vit_for_image_classification(tmp_path):
     transformers = pytest.importorskip("transformers")
-    config = transformers.ViTConfig(
-        hidden_size=192,
-        num_hidden_layers=4,
-        num_attention_heads=3,
-        intermediate_size=768,
-        image_size=224,
-        patch_size=16,
-        num_labels=10,
-    )
+    config = hf_vit_config(hidden_size=192, num_hidden_layers=4, intermediate_size=768, image_size=224, num_labels=10)
     reference = perturbed(transformers.ViTForImageClassification(config))
     reference.save_pretrained(tmp_path / "hf")
     pixels = sample_photos(224)
@@ -96,9 +88,7 @@ def test_huggingface_image_processor_statistics_become_the_models(tmp_path):
     # DeiT-style checkpoints normalise with ImageNet's statistics: they were ignored (logits off by
     # ~0.05 on logits of ~0.1), the official 127.5 taken instead.
     transformers = pytest.importorskip("transformers")
-    config = transformers.ViTConfig(
-        hidden_size=48, num_hidden_layers=2, num_attention_heads=3, intermediate_size=96, image_size=32, num_labels=3
-    )
+    config = hf_vit_config(num_hidden_layers=2, num_labels=3)
     reference = perturbed(transformers.ViTForImageClassification(config))
     reference.save_pretrained(tmp_path / "hf")
     mean, std = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
@@ -116,16 +106,7 @@ def test_huggingface_image_processor_statistics_become_the_models(tmp_path):
 def test_huggingface_label_names_travel_with_the_model(tmp_path):
     transformers = pytest.importorskip("transformers")
     names = ["tabby cat", "dog", "owl"]
-    config = transformers.ViTConfig(
-        hidden_size=48,
-        num_hidden_layers=1,
-        num_attention_heads=3,
-        intermediate_size=96,
-        image_size=32,
-        patch_size=16,
-        id2label=dict(enumerate(names)),
-        label2id={n: i for i, n in enumerate(names)},
-    )
+    config = hf_vit_config(id2label=dict(enumerate(names)), label2id={n: i for i, n in enumerate(names)})
     transformers.ViTForImageClassification(config).save_pretrained(tmp_path / "hf")
     model = keras_vit.ViT.from_checkpoint(tmp_path / "hf")
     assert model.class_names == tuple(names)
@@ -142,9 +123,7 @@ def test_huggingface_label_names_travel_with_the_model(tmp_path):
 
 def test_huggingface_vit_model_pooler_is_pre_logits(tmp_path):
     transformers = pytest.importorskip("transformers")
-    config = transformers.ViTConfig(
-        hidden_size=192, num_hidden_layers=2, num_attention_heads=3, intermediate_size=768, image_size=64, patch_size=16
-    )
+    config = hf_vit_config(hidden_size=192, num_hidden_layers=2, intermediate_size=768, image_size=64)
     reference = perturbed(transformers.ViTModel(config))
     reference.save_pretrained(tmp_path / "hf")
     pixels = sample_photos(64)

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from helpers import write_image_folder
 from PIL import Image
 
 pytestmark = pytest.mark.tensorflow_only  # tf.data and tf.distribute
@@ -318,7 +319,7 @@ def test_image_folder_skips_corrupt_files_and_trains(tmp_path, caplog, monkeypat
         (lambda: evaluate(run_dir, split="test"), r"a split expression \('test'\) is for tfds datasets"),
         (
             lambda: fit(TrainConfig(dataset=str(tmp_path / "data"), eval_split="all", run_dir=str(tmp_path / "r2"))),
-            "eval_split 'all' is every example, the training ones included",
+            "evaluation split 'all' is every example, the training ones included",
         ),
     ):
         with pytest.raises(ValueError, match=message):
@@ -375,7 +376,8 @@ def test_a_run_whose_folder_moved_says_so_and_takes_its_new_place(tmp_path):
     )
     trained = fit(config, verbose=0)
     (tmp_path / "data").rename(tmp_path / "moved")
-    moved = rf"{run_dir} was trained on the folder {tmp_path / 'data'}, which is not there from here; give the data"
+    moved = rf"{run_dir} was trained on the folder {tmp_path / 'data'}, which is not there from here; "
+    moved += "give the folder's new place as the dataset"
     with pytest.raises(ValueError, match=moved):  # was "unknown dataset"
         evaluate(run_dir)
     model = saving.load_model(run_dir)
@@ -411,11 +413,7 @@ def test_the_first_held_out_images_of_a_folder_are_a_stratified_sample(tmp_path)
     from keras_vit import ViT, ViTConfig
     from keras_vit.training import export_samples
 
-    rng = np.random.default_rng(0)
-    for name, count in (("a", 30), ("b", 20), ("c", 10)):
-        (tmp_path / "data" / name).mkdir(parents=True)
-        for i in range(count):
-            Image.fromarray(rng.integers(0, 255, (8, 8, 3), dtype=np.uint8)).save(tmp_path / "data" / name / f"{i}.png")
+    write_image_folder(tmp_path / "data", (("a", 30), ("b", 20), ("c", 10)))
     model = ViT(ViTConfig(**{**SMALL_MODEL, "image_size": 8}, num_classes=3))
     first = export_samples(model, dataset=str(tmp_path / "data"), calibration_size=4, eval_limit=6)["eval_labels"]
     assert sorted(first) == [0, 0, 0, 1, 1, 2]  # the classes' shares of the 12 held-out images: 6, 4, 2
@@ -431,11 +429,7 @@ def test_export_samples_label_the_data_by_the_models_class_names(tmp_path):
     from keras_vit import ViT, ViTConfig
     from keras_vit.training import export_samples
 
-    rng = np.random.default_rng(0)
-    for name, count in (("a", 10), ("b", 10), ("c", 10)):
-        (tmp_path / "data" / name).mkdir(parents=True)
-        for i in range(count):
-            Image.fromarray(rng.integers(0, 255, (8, 8, 3), dtype=np.uint8)).save(tmp_path / "data" / name / f"{i}.png")
+    write_image_folder(tmp_path / "data", (("a", 10), ("b", 10), ("c", 10)))
     model = ViT(ViTConfig(**{**SMALL_MODEL, "image_size": 8}, num_classes=4))
     folder = str(tmp_path / "data")
     plain = export_samples(ViT(ViTConfig(**{**SMALL_MODEL, "image_size": 8}, num_classes=3)), dataset=folder)
@@ -617,15 +611,15 @@ def test_tfds_offline_and_unknown_fail_fast(monkeypatch, tmp_path, caplog):
         (["--dataset", "digts"], "unknown dataset 'digts': use 'digits', 'tfds:NAME' or an image folder"),
         (["--dataset", "cifar10"], "unknown dataset 'cifar10'; did you mean tfds:cifar10?"),
         (["--dataset", "tfds:imagenett"], "did you mean tfds:imagenette"),
-        (["--selection-fraction", "1"], "selection_fraction must be in [0, 1); got 1.0"),
-        (["--image-size", "0"], "`image_size` must be positive; got 0."),  # was taken as "not given"
-        (["--steps-per-execution", "8"], "steps_per_execution 8 does not divide the 44 steps of an epoch"),
-        (["--learning-rate", "-1"], "learning_rate must be finite and > 0.0; got -1.0."),  # trained to a loss of 2.6e5
-        (["--learning-rate", "inf"], "learning_rate must be finite and > 0.0; got inf."),  # stopped on a NaN loss
+        (["--selection-fraction", "1"], "selection fraction must be in [0, 1); got 1.0"),
+        (["--image-size", "0"], "--image-size must be positive; got 0."),  # was taken as "not given"
+        (["--steps-per-execution", "8"], "8 steps per execution do not divide the 44 steps of an epoch"),
+        (["--learning-rate", "-1"], "learning rate must be finite and > 0.0; got -1.0."),  # trained to a loss of 2.6e5
+        (["--learning-rate", "inf"], "learning rate must be finite and > 0.0; got inf."),  # stopped on a NaN loss
         (["--seed", "-1"], "seed must be in [0, 2**32); got -1."),  # NumPy's line, without the option's name
         (["--dataset", ""], "unknown dataset ''"),  # was the working directory as an image folder
-        (["--weight-decay", "-0.1"], "weight_decay must be >= 0.0; got -0.1."),
-        (["--label-smoothing", "1"], "label_smoothing must be in [0.0, 1.0); got 1.0."),
+        (["--weight-decay", "-0.1"], "weight decay must be >= 0.0; got -0.1."),
+        (["--label-smoothing", "1"], "label smoothing must be in [0.0, 1.0); got 1.0."),
         (["--mixup", "-1"], "mixup must be >= 0.0; got -1.0."),
         (
             ["--recipe", "pretrain", "--preset", "vit_ti16", "--image-size", "230", "--dataset", "digits"],
@@ -1379,7 +1373,7 @@ def test_scale_out_options_fail_with_one_line_where_they_cannot_work(tmp_path, c
     flags = ["--num-processes", "2", "--process-id", "2", "--job-addresses", "localhost:1"]
     assert main(["train", *flags, "--epochs", "1", "--run-dir", run_dir]) == 2
     assert "--process-id must be in 0..1" in capsys.readouterr().err
-    with pytest.raises(ValueError, match="model_parallel must be a positive device count"):
+    with pytest.raises(ValueError, match="model-parallel device count must be positive"):
         TrainConfig(model_parallel=0)
     with pytest.raises(ValueError, match="needs hidden_size divisible by 4; this model has hidden_size=30"):
         keras_vit.distribution.check_model_parallel(keras_vit.ViTConfig(hidden_size=30, num_heads=3), 4)

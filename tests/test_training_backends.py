@@ -12,7 +12,7 @@ import time
 import keras
 import numpy as np
 import pytest
-from PIL import Image
+from helpers import write_image_folder
 
 from keras_vit.training import TrainConfig, evaluate, fit
 from keras_vit.training.strategy import make_placement
@@ -32,13 +32,7 @@ def test_fit_runs_on_this_backend(tmp_path):
 def test_fewer_than_five_classes_train_and_evaluate(tmp_path):
     """Top-5 of 3 classes counts every example (PyTorch's topk refused k=5 above 3 classes and
     stopped the run on that backend)."""
-    rng = np.random.default_rng(0)
-    for name in ("a", "b", "c"):
-        (tmp_path / "data" / name).mkdir(parents=True)
-        for i in range(5):
-            Image.fromarray(rng.integers(0, 255, (16, 16, 3), dtype=np.uint8)).save(
-                tmp_path / "data" / name / f"{i}.png"
-            )
+    write_image_folder(tmp_path / "data", (("a", 5), ("b", 5), ("c", 5)), size=16)
     model = dict(image_size=16, patch_size=4, hidden_size=32, num_layers=1, num_heads=2, mlp_dim=64)
     config = TrainConfig(
         dataset=str(tmp_path / "data"), run_dir=str(tmp_path / "run"), model=model, epochs=1, batch_size=4

@@ -117,14 +117,14 @@ class TrainConfig:
         if self.steps is not None and self.steps < 1:
             raise ValueError(f"steps must be positive; got {self.steps}.")
         if self.steps_per_execution is not None and self.steps_per_execution < 1:
-            raise ValueError(f"steps_per_execution must be positive; got {self.steps_per_execution}.")
+            raise ValueError(f"steps per execution must be positive; got {self.steps_per_execution}.")
         if self.checkpoint_interval < 0:
-            raise ValueError(f"checkpoint_interval must be >= 0 seconds; got {self.checkpoint_interval}.")
+            raise ValueError(f"checkpoint interval must be >= 0 seconds; got {self.checkpoint_interval}.")
         if self.model_parallel < 1:
-            raise ValueError(f"model_parallel must be a positive device count; got {self.model_parallel}.")
+            raise ValueError(f"model-parallel device count must be positive; got {self.model_parallel}.")
         for name in ("batch_size", "epochs", "global_batch_size"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
-                raise ValueError(f"{name} must be positive; got {getattr(self, name)}.")
+                raise ValueError(f"{_spelled(name)} must be positive; got {getattr(self, name)}.")
         for name, low, high in _RANGES:
             value = getattr(self, name)
             if value is not None and not (low < value < float("inf") if high is None else low <= value < high):
@@ -135,7 +135,7 @@ class TrainConfig:
                     if high == float("inf")
                     else f"in [{low}, {high})"
                 )
-                raise ValueError(f"{name} must be {bound}; got {value}.")
+                raise ValueError(f"{_spelled(name)} must be {bound}; got {value}.")
         if not 0 <= self.seed < 2**32:
             raise ValueError(f"seed must be in [0, 2**32); got {self.seed}.")
         if self.ema is not None and not 0.0 < self.ema < 1.0:
@@ -143,11 +143,11 @@ class TrainConfig:
         if self.randaugment is not None and not 0.0 < self.randaugment <= 1.0:
             raise ValueError(f"randaugment must be in (0, 1]; got {self.randaugment}.")
         if not 0.0 < self.validation_fraction < 1.0:
-            raise ValueError(f"validation_fraction must be in (0, 1); got {self.validation_fraction}.")
+            raise ValueError(f"validation fraction must be in (0, 1); got {self.validation_fraction}.")
         if not 0.0 <= self.selection_fraction < 1.0:
-            raise ValueError(f"selection_fraction must be in [0, 1); got {self.selection_fraction}.")
+            raise ValueError(f"selection fraction must be in [0, 1); got {self.selection_fraction}.")
         if not (0.0 < self.crop_scale[0] <= self.crop_scale[1] <= 1.0):
-            raise ValueError(f"crop_scale must be (low, high) with 0 < low <= high <= 1; got {self.crop_scale}.")
+            raise ValueError(f"crop scale must be (low, high) with 0 < low <= high <= 1; got {self.crop_scale}.")
 
     def data_split(self):
         """The fields that decide which examples this run trains on and which it holds out, as a
@@ -219,6 +219,12 @@ def dataset_name(dataset):
     if dataset.startswith("tfds:"):
         return dataset[5:].split(":")[0].replace("/", "-")
     return dataset if dataset == "digits" else Path(dataset).resolve().name
+
+
+def _spelled(name):
+    """A training option's name in words ("learning_rate": "learning rate"), for messages that the
+    Python API, a YAML file and the command line's flags (`--learning-rate`) all lead to."""
+    return name.replace("_", " ")
 
 
 # Numeric options and their ranges: (name, low, high) is [low, high); high None: finite, above low.

@@ -126,7 +126,7 @@ def load(config):
     if config.train_split is not None and not config.dataset.startswith("tfds:"):
         raise ValueError(
             f"a training split ({config.train_split!r}) is for tfds datasets; {config.dataset} trains on all but its "
-            "held-out share (validation_fraction, --validation-fraction)."
+            "held-out share (its validation fraction)."
         )
     fraction = 1.0 if whole else config.validation_fraction
     if config.dataset == "digits":

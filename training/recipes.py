@@ -121,7 +121,7 @@ def steps_per_call(requested, steps_per_epoch, fused, resumed_step=0):
             trains = f"the {steps_per_epoch} steps of an epoch, so Keras would train "
             trains += f"{math.ceil(steps_per_epoch / requested) * requested} per epoch"
         raise ValueError(
-            f"steps_per_execution {requested} does not divide {trains}; choose one of {', '.join(map(str, divisors))}."
+            f"{requested} steps per execution do not divide {trains}; choose one of {', '.join(map(str, divisors))}."
         )
     return requested
 

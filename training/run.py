@@ -19,6 +19,9 @@ from keras_vit.training.config import SPLIT_FIELDS, TrainConfig
 from keras_vit.training.strategy import agree, batch_multiple, make_placement, process_count, this_process_only
 from keras_vit.transform import ImageTransform, to_channels
 
+# What a dataset is, for the messages that ask for one (the `dataset` argument, `--dataset`).
+DATASET_KINDS = "'digits', 'tfds:NAME' or an image folder"
+
 logger = logging.getLogger("keras_vit")
 CONFIG_FILE, LABELS_FILE, EVAL_FILE = names.RUN_CONFIG, names.RUN_LABELS, names.RUN_EVAL
 
@@ -42,8 +45,8 @@ def fit(config, overwrite=False, verbose=None):
     verbose = progress.verbosity() if verbose is None else verbose
     if c.eval_split == names.WHOLE_SPLIT:
         raise ValueError(
-            f"eval_split {names.WHOLE_SPLIT!r} is every example, the training ones included: it is for `evaluate` on "
-            "data training never saw."
+            f"evaluation split {names.WHOLE_SPLIT!r} is every example, the training ones included: it is for "
+            "`evaluate` on data training never saw."
         )
     # A bad preset, model field or checkpoint fails before the run directory is touched.
     model_config = _model_config(c, num_classes=2)
@@ -255,10 +258,10 @@ def evaluation_config(source, dataset=None, split=None):
     if not dataset and run is None:
         if not Path(source).exists():
             raise FileNotFoundError(
-                f"{source} does not exist: give a run directory, or a model and the data to evaluate it on "
-                "(dataset=..., --dataset)."
+                f"{source} does not exist: give a run directory, or a model and the dataset to evaluate it on "
+                f"({DATASET_KINDS})."
             )
-        raise ValueError(f"{source} is not a run directory: say which data to evaluate on (dataset=..., --dataset).")
+        raise ValueError(f"{source} is not a run directory: say which dataset to evaluate on ({DATASET_KINDS}).")
     return data_config(dataset, split, run)
 
 
@@ -288,7 +291,7 @@ def data_config(dataset=None, split=None, run=None, recorded=None):
         if not dataset and not _readable(own.dataset):
             raise ValueError(
                 f"the model was trained on the folder {own.dataset}, which is not there from here; "
-                "give the data's place (--dataset, or dataset=...)."
+                "give the folder's new place as the dataset."
             )
     else:
         own = None
@@ -296,15 +299,13 @@ def data_config(dataset=None, split=None, run=None, recorded=None):
         if split == names.WHOLE_SPLIT:
             raise ValueError(
                 f"split {names.WHOLE_SPLIT!r} of the model's own training data would count its training images; give "
-                "the data training never saw (dataset=..., --dataset)."
+                "a dataset training never saw."
             )
         c = dataclasses.replace(own, dataset=dataset or own.dataset)
     elif dataset:
         c = TrainConfig(dataset=dataset)
     else:
-        raise ValueError(
-            "the model's training data is not known: say which data to evaluate on (dataset=..., --dataset)."
-        )
+        raise ValueError(f"the model's training data is not known: say which dataset to evaluate on ({DATASET_KINDS}).")
     return (dataclasses.replace(c, eval_split=split) if split else c).resolved()
 
 
@@ -377,6 +378,8 @@ def iter_predict(source, images, top_k=5, labels=None, crop=None):
     `PREDICT_CHUNK` images is classified. An iterable that reads its images as it goes (as
     `keras-vit predict` passes) is then held at most one chunk at a time, resized."""
     model = saving.load_model(source)
+    if not model.config.num_classes:  # its features would be ranked as classes
+        raise ValueError(f"{source} has no classification head (0 classes): it gives image features, not classes.")
     names = saving.label_names(source, model, labels)
     transform = model.image_transform
     if crop is not None:
@@ -424,7 +427,7 @@ def load_run_config(run_dir, data=False):
     if data and not _readable(c.dataset):
         raise ValueError(
             f"{run_dir} was trained on the folder {c.dataset}, which is not there from here; "
-            "give the data's place (--dataset, or dataset=...)."
+            "give the folder's new place as the dataset."
         )
     return c
 
