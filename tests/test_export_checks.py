@@ -72,7 +72,7 @@ def test_a_name_tf_serving_cannot_use_is_refused_in_one_line(model_file, tmp_pat
     from keras_vit.export import ExportConfig, ExportError
 
     status, line = export_cli(model_file, "--saved-model", tmp_path / "serving", "--name", name)
-    assert status == 2 and line.startswith("keras-vit export: error: name ")
+    assert status == 2 and line.startswith(f"keras-vit export: error: --name {name!r} is not")  # the flag named
     assert "TF Serving model name" in line and "letters, digits" in line
     assert not (tmp_path / "serving").exists()
     with pytest.raises(ExportError, match="TF Serving model name"):
