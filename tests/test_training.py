@@ -643,7 +643,7 @@ def test_a_run_directory_that_is_a_file_is_named_before_training(tmp_path, capsy
 
 def test_a_run_stopped_by_bad_input_does_not_hold_its_directory(tmp_path):
     config = TrainConfig(run_dir=str(tmp_path / "run"), model=SMALL_MODEL, epochs=1)
-    with pytest.raises(ValueError, match="does not divide"):
+    with pytest.raises(ValueError, match="steps per execution do not divide the 44 steps"):
         fit(dataclasses.replace(config, steps_per_execution=8), verbose=0)
     assert not (tmp_path / "run").exists()  # nothing written: no directory left to clear
     assert fit(config, verbose=0)["num_examples"] == 359  # the corrected command trains there
