@@ -248,13 +248,7 @@ class ViT(_ImagesChecked, keras.Model):
         as a list of numpy arrays."""
         if isinstance(images, (list, tuple)):
             images = np.asarray(images, dtype="float32")
-        shape = _input_shape(images)
-        check_images(shape, self.config)
-        model = self.attention_model()
-        if shape is not None and shape[0] == 0:  # Keras's predict loop fails on no batch at all
-            outputs = keras.tree.map_structure(keras.ops.convert_to_numpy, model.predict_on_batch(images))
-        else:
-            outputs = model.predict(images, batch_size=batch_size, verbose=0)
+        outputs = self.attention_model().predict(images, batch_size=batch_size, verbose=0)
         return list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
 
     def resized(self, image_size):
@@ -495,7 +489,7 @@ class ViTFeatures(_ImagesChecked, keras.Model):
         return types.SimpleNamespace(image_size=tuple(shape[1:3]), channels=shape[3])
 
 
-class _AttentionProbabilities(WeightsKeptOnError, keras.Model):
+class _AttentionProbabilities(_ImagesChecked, keras.Model):
     """Runs the encoder of a ViT's layers with attention outputs. (A functional graph cannot
     reuse layers whose first call returned a different structure, hence a subclass.)"""
 
@@ -503,6 +497,9 @@ class _AttentionProbabilities(WeightsKeptOnError, keras.Model):
         super().__init__(**kwargs)
         self._parts = parts
         self.shared_layers = parts.encoder_layers()  # tracked, so weights are visible
+
+    def _image_spec(self):
+        return self._parts.config
 
     def call(self, images):
         check_images(images.shape, self._parts.config)
