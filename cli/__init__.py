@@ -172,10 +172,14 @@ def _run(args):
 
 
 def _note_unfinished_run(args):
-    """A note on stderr when the model a command reads is a run directory whose training has not
-    finished (no evaluation written yet, or a resume state left): stopped, or still training."""
-    source = getattr(args, "model", None) or getattr(args, "source", None)
-    if args.command == "train" or not source or not Path(source).is_dir():
+    """A note on stderr when the model a command reads (`train`: the run its `--weights` name)
+    is a run directory whose training has not finished (no evaluation written yet, or a resume
+    state left): stopped, or still training."""
+    if args.command == "train":
+        source = getattr(args, "weights", None)
+    else:
+        source = getattr(args, "model", None) or getattr(args, "source", None)
+    if not source or not Path(source).is_dir():
         return
     run = Path(source)
     model = next((name for name in names.RUN_CHECKPOINTS if (run / name).is_file()), None)

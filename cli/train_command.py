@@ -125,7 +125,7 @@ _FLAGS = {
         dict(
             type=int,
             help="training steps per compiled call; must divide the steps of an epoch (default 1; digits on "
-            "one device: the largest divisor up to 16)",
+            "one device: the largest divisor up to 16); 1 under PyTorch",
         ),
     ),
     "--checkpoint-interval": (
@@ -158,9 +158,10 @@ def add_parser(subparsers):
         "--jit-compile",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="compile the training step with XLA (default: on GPUs, TPUs and under JAX; off on "
-        "TensorFlow CPU-only machines, where TensorFlow's graph mode is faster, except "
-        "mixed_bfloat16 on CPUs without bfloat16 instructions and the small digits model on one device)",
+        help="compile the training step with XLA, under PyTorch with torch.compile (default: on GPUs, TPUs and "
+        "under JAX; off on TensorFlow CPU-only machines, where TensorFlow's graph mode is faster, except "
+        "mixed_bfloat16 on CPUs without bfloat16 instructions and the small digits model on one device; off "
+        "on CPUs under PyTorch)",
     )
     train.add_argument(
         "--overwrite",

@@ -176,13 +176,15 @@ class ViT(_ImagesChecked, keras.Model):
     def from_checkpoint(cls, source, dtype=None, class_names=None, **overrides):
         """Builds the model a checkpoint describes (sizes read off its tensors), any config
         field overridden (e.g. `num_classes`, `image_size`), and loads it. `class_names`: the
-        model's (default: the checkpoint's, where it keeps their head)."""
+        model's (default: the checkpoint's, where it keeps their head). The head follows the
+        names: the checkpoint's classes in another order are reordered, other classes get a new
+        zero head (to rename the checkpoint's classes, set `model.class_names` after loading)."""
         from keras_vit import checkpoints
 
         read = checkpoints.open_checkpoint(source)
         config = ViTConfig(**checkpoints.architecture(read.fields, overrides, source))
         model = cls(config, dtype=dtype, class_names=class_names)
-        checkpoints.assign(model, read.weights, f"{source} ({read.kind})")
+        checkpoints.assign(model, read.weights, f"{source} ({read.kind})", read.class_names)
         checkpoints.adopt_class_names(model, read)
         return model
 

@@ -111,10 +111,33 @@ def test_from_checkpoint_takes_class_names_for_a_new_head(tmp_path):
     keras_vit.save_npz(model, tmp_path / "model.npz")
     tuned = keras_vit.ViT.from_checkpoint(tmp_path / "model.npz", num_classes=2, class_names=["cat", "dog"])
     assert tuned.class_names == ("cat", "dog") and tuned.config.num_classes == 2
-    renamed = keras_vit.ViT.from_checkpoint(tmp_path / "model.npz", class_names=[str(i) for i in range(7)])
-    assert renamed.class_names == tuple(str(i) for i in range(7))  # given names win over the file's
+    others = keras_vit.ViT.from_checkpoint(tmp_path / "model.npz", class_names=[str(i) for i in range(7)])
+    assert others.class_names == tuple(str(i) for i in range(7))  # given names win over the file's
+    np.testing.assert_allclose(_logits(others, images()), 0.0)  # and name other classes: a new zero head
     with pytest.raises(ValueError, match="class"):
         keras_vit.ViT.from_checkpoint(tmp_path / "model.npz", class_names=["cat", "dog"])
+
+
+def test_a_kept_head_follows_the_class_names_of_the_checkpoint_and_the_model(tmp_path):
+    # The head was kept whenever its shape fit: a fine-tune of a red/green/blue model on folders
+    # blue/green/red started out calling red images blue.
+    model = perturb(keras_vit.ViT(tiny_config(num_classes=3)))
+    model.class_names = ("red", "green", "blue")
+    model.save(tmp_path / "rgb.keras")
+    x = images()
+    reordered = keras_vit.ViT(tiny_config(num_classes=3), class_names=("blue", "green", "red"))
+    notes = keras_vit.load_weights(reordered, tmp_path / "rgb.keras")
+    assert notes == ["the checkpoint's head reordered to the model's class order"]
+    np.testing.assert_allclose(_logits(reordered, x), _logits(model, x)[:, ::-1], atol=1e-6)
+    others = keras_vit.ViT(tiny_config(num_classes=3), class_names=("cat", "dog", "red"))
+    notes = keras_vit.load_weights(others, tmp_path / "rgb.keras")
+    assert notes == ["new zero head (64, 3) (the checkpoint's classes are others: green, blue not among the model's)"]
+    np.testing.assert_allclose(_logits(others, x), 0.0)
+    for names in (None, ("red", "green", "blue")):  # unnamed on one side, or the same names: kept as it is
+        same = keras_vit.ViT(tiny_config(num_classes=3), class_names=names)
+        assert keras_vit.load_weights(same, tmp_path / "rgb.keras") == []
+        np.testing.assert_allclose(_logits(same, x), _logits(model, x), atol=1e-6)
+        assert same.class_names == ("red", "green", "blue")
 
 
 def test_keras_weights_files_load_into_a_model_with_another_head_or_resolution(tmp_path):
@@ -475,7 +498,7 @@ def test_known_names_offline_say_which_url_and_how_to_pass_the_file(tmp_path, mo
     with pytest.raises(
         CheckpointError,
         match=r"cannot download 'vit_ti16.augreg_in21k_ft_in1k' from "
-        r"http://127.0.0.1:9/Ti_16.npz .*weights='/path/to/Ti_16.npz'",
+        r"http://127.0.0.1:9/Ti_16.npz .*--weights /path/to/Ti_16.npz\)",
     ):
         keras_vit.ViT.from_preset("vit_ti16", weights=name)
 

@@ -743,6 +743,33 @@ def test_finished_run_is_not_trained_again_unless_overwritten(tmp_path, capsys):
     assert (run_dir / "best.keras").stat().st_mtime_ns > files["best.keras"]
 
 
+def test_fine_tuning_a_run_into_its_own_directory_is_refused_and_leaves_it_whole(tmp_path, capsys):
+    # With --overwrite the directory was emptied before the weights were read: the run was lost
+    run_dir = tmp_path / "run"
+    assert main(["train", "--epochs", "1", "--run-dir", str(run_dir)]) == 0
+    files = {p.name: p.stat().st_mtime_ns for p in run_dir.iterdir()}
+    capsys.readouterr()
+    for weights in (run_dir, run_dir / "best.keras"):
+        for more in ([], ["--overwrite"]):
+            args = ["train", "--epochs", "2", "--weights", str(weights), "--run-dir", str(run_dir), *more]
+            assert main(args) == 2
+            err = capsys.readouterr().err.strip().splitlines()
+            assert err == [
+                f"keras-vit train: error: the weights {weights} are the run in {run_dir} that this command would "
+                "replace; fine-tune from them into another run directory."
+            ]
+    assert {p.name: p.stat().st_mtime_ns for p in run_dir.iterdir()} == files
+
+
+def test_several_steps_per_execution_under_pytorch_are_refused_before_any_work(tmp_path, monkeypatch):
+    import keras
+
+    monkeypatch.setattr(keras.backend, "backend", lambda: "torch")
+    with pytest.raises(ValueError, match="3 steps per execution need the TensorFlow or JAX backend"):
+        fit(TrainConfig(run_dir=str(tmp_path / "run"), steps_per_execution=3))
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_run_stopped_while_evaluating_evaluates_again_without_training_again(tmp_path, capsys, monkeypatch):
     from keras_vit.training import run
     from keras_vit.training.callbacks import Interrupted
@@ -802,22 +829,26 @@ def test_xla_is_off_by_default_on_cpu_only_machines_on_for_digits_and_when_asked
 
 
 @pytest.mark.parametrize(
-    "bf16_instructions, precision, prefers",
+    "bf16_instructions, precision, backend, prefers",
     [
-        (False, "mixed_bfloat16", True),
-        (None, "mixed_bfloat16", False),
-        (True, "mixed_bfloat16", False),
-        (False, "float32", False),
+        (False, "mixed_bfloat16", "tensorflow", True),
+        (None, "mixed_bfloat16", "tensorflow", False),
+        (True, "mixed_bfloat16", "tensorflow", False),
+        (False, "float32", "tensorflow", False),
+        (False, "mixed_bfloat16", "torch", False),  # torch.compile there: minutes to compile a small model
     ],
 )
 def test_cpu_without_bf16_instructions_trains_mixed_bfloat16_under_xla(
-    bf16_instructions, precision, prefers, monkeypatch
+    bf16_instructions, precision, backend, prefers, monkeypatch
 ):
+    import keras
+
     from keras_vit.training import strategy
 
     if tf.config.list_physical_devices("GPU"):
         pytest.skip("the CPU-only default")
     monkeypatch.setattr(strategy, "has_bf16_instructions", lambda: bf16_instructions)
+    monkeypatch.setattr(keras.backend, "backend", lambda: backend)
     placement = strategy.make_placement(TrainConfig(precision=precision))
     assert placement.prefers_jit is prefers and placement.supports_jit
 

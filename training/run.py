@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import logging
+import os
 import shutil
 from pathlib import Path
 
@@ -47,6 +48,11 @@ def fit(config, overwrite=False, verbose=None):
         raise ValueError(
             f"evaluation split {names.WHOLE_SPLIT!r} is every example, the training ones included: it is for "
             "`evaluate` on data training never saw."
+        )
+    if keras.backend.backend() == "torch" and (c.steps_per_execution or 1) > 1:
+        raise ValueError(
+            f"{c.steps_per_execution} steps per execution need the TensorFlow or JAX backend; PyTorch trains one "
+            "step per call."
         )
     # A bad preset, model field or checkpoint fails before the run directory is touched.
     model_config = _model_config(c, num_classes=2)
@@ -521,6 +527,11 @@ def _prepare_run_dir(c, overwrite):
     if run_dir.exists() and not run_dir.is_dir():
         raise ValueError(f"the run directory {run_dir} is a file; choose another --run-dir.")
     stored = run_dir / CONFIG_FILE
+    if stored.is_file() and _replaced_by_overwrite(c.weights, run_dir):
+        raise ValueError(
+            f"the weights {c.weights} are the run in {run_dir} that this command would replace; fine-tune from "
+            "them into another run directory."
+        )
     text = _config_text(c)
     stored_text = stored.read_text() if stored.is_file() else text
     if stored_text != text:
@@ -536,11 +547,34 @@ def _prepare_run_dir(c, overwrite):
                 "replace it (its checkpoints and resume state are deleted) or choose another --run-dir."
             )
     if overwrite and stored.is_file():  # a run's folder only; several processes may empty it at once
-        for name in (*names.RUN_CHECKPOINTS, "log.csv", EVAL_FILE):
-            (run_dir / name).unlink(missing_ok=True)
-        for folder in (names.RUN_BACKUP, "tensorboard", *(p.name for p in run_dir.glob("worker_*"))):
-            shutil.rmtree(run_dir / folder, ignore_errors=True)
+        for name in _overwritten_files(run_dir):
+            if (run_dir / name).is_dir():
+                shutil.rmtree(run_dir / name, ignore_errors=True)
+            else:
+                (run_dir / name).unlink(missing_ok=True)
     return run_dir
+
+
+def _overwritten_files(run_dir):
+    """The names in a run directory that `--overwrite` deletes: its checkpoints, log,
+    evaluation, resume state and TensorBoard logs (worker folders too)."""
+    return (
+        *names.RUN_CHECKPOINTS,
+        "log.csv",
+        EVAL_FILE,
+        names.RUN_BACKUP,
+        "tensorboard",
+        *(p.name for p in run_dir.glob("worker_*")),
+    )
+
+
+def _replaced_by_overwrite(weights, run_dir):
+    """Whether the local checkpoint `weights` is the run in `run_dir` or one of the files that
+    replacing that run deletes (a fine-tune of a run into its own directory)."""
+    if not weights or not Path(weights).exists():
+        return False
+    relative = Path(os.path.relpath(Path(weights).resolve(), run_dir.resolve()))
+    return relative == Path(".") or relative.parts[0] in _overwritten_files(run_dir)
 
 
 def saved_position(config):

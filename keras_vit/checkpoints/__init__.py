@@ -217,7 +217,7 @@ def load_weights(model, source):
         path = resolve(source)
         return assign(model, keras_weights.read(path, model.config), f"{path.name} (Keras weights)")
     checkpoint = open_checkpoint(source, infer_config=False)
-    notes = assign(model, checkpoint.weights, f"{Path(str(source)).name} ({checkpoint.kind})")
+    notes = assign(model, checkpoint.weights, f"{Path(str(source)).name} ({checkpoint.kind})", checkpoint.class_names)
     warn_numerics(model, checkpoint, Path(str(source)).name)
     adopt_class_names(model, checkpoint)
     return notes

@@ -14,11 +14,13 @@ POSITION = "position_embedding/embedding"
 PATCH_KERNELS = ("patch_embedding/projection/kernel", "resnet/conv_root/kernel")
 
 
-def assign(model, weights, source):
+def assign(model, weights, source, class_names=None):
     """Assigns `{variable path: array}` to `model` or raises `CheckpointError` naming the tensor.
 
-    Policy: a head whose class count differs becomes a fresh zero head; a pre-logits layer the
-    model does not have is dropped; both are logged in one line. The position embedding is
+    Policy: a head whose class count differs becomes a fresh zero head, and so does one whose
+    classes (`class_names`, the checkpoint's) are others than the model's named ones; the same
+    names in another order reorder the head to the model's; a pre-logits layer the model does
+    not have is dropped; each is logged in one line. The position embedding is
     resampled to the model's grid; a grayscale model sums the RGB input filters. Nothing is
     written unless every tensor fits.
     """
@@ -26,7 +28,7 @@ def assign(model, weights, source):
     grid = weights.pop(GRID_PATH, None)
     variables = {v.path: v for v in model.weights}
     notes = []
-    _head_policy(model, weights, variables, notes)
+    _head_policy(model, weights, variables, notes, class_names)
     if "pre_logits/kernel" in weights and "pre_logits/kernel" not in variables:
         weights.pop("pre_logits/kernel"), weights.pop("pre_logits/bias", None)
         notes.append("dropped the checkpoint's pre-logits layer (the model has representation_size=None)")
@@ -88,7 +90,7 @@ def _position_embedding(layer, value, grid, source, notes):
     return resampled
 
 
-def _head_policy(model, weights, variables, notes):
+def _head_policy(model, weights, variables, notes, class_names):
     has_head = "head/kernel" in variables
     if "head/kernel" not in weights:
         if has_head:
@@ -102,12 +104,33 @@ def _head_policy(model, weights, variables, notes):
         notes.append(f"dropped the checkpoint's {kernel.shape[-1]}-class head (the model has num_classes=0)")
         return
     target = tuple(variables["head/kernel"].shape)
-    if tuple(kernel.shape) == target:
-        weights["head/kernel"], weights["head/bias"] = kernel, bias
-        return
+    if tuple(kernel.shape) != target:
+        why = f"the checkpoint's head is {tuple(kernel.shape)}"
+    else:
+        order, why = _class_order(class_names, model.class_names)
+        if why is None:
+            if order is not None:
+                kernel, bias = kernel[..., order], None if bias is None else bias[..., order]
+                notes.append("the checkpoint's head reordered to the model's class order")
+            weights["head/kernel"], weights["head/bias"] = kernel, bias
+            return
     weights["head/kernel"] = np.zeros(target, "float32")
     weights["head/bias"] = np.zeros(target[-1:], "float32")
-    notes.append(f"new zero head {target} (the checkpoint's head is {tuple(kernel.shape)})")
+    notes.append(f"new zero head {target} ({why})")
+
+
+def _class_order(checkpoint_names, model_names, shown=3):
+    """`(order, why)` for a head of the right shape: `order` the checkpoint's class indices in the
+    model's class order (None: as they are); `why` says why the head cannot be kept (its classes
+    are others), else None. Unnamed classes on either side are taken to agree."""
+    if checkpoint_names is None or model_names is None or tuple(checkpoint_names) == tuple(model_names):
+        return None, None
+    checkpoint_names, model_names = list(checkpoint_names), list(model_names)
+    if sorted(checkpoint_names) == sorted(model_names) and len(set(model_names)) == len(model_names):
+        return [checkpoint_names.index(name) for name in model_names], None
+    others = [name for name in checkpoint_names if name not in model_names]
+    listed = ", ".join(others[:shown]) + (f" and {len(others) - shown} more" if len(others) > shown else "")
+    return None, f"the checkpoint's classes are others: {listed or 'repeated names'} not among the model's"
 
 
 def _adapt_input_channels(kernel, channels, name, source):

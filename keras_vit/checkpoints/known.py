@@ -143,8 +143,8 @@ def fetch(name, timeout=30):
     except OSError as error:
         raise CheckpointError(
             f"cannot download {name!r} from {url} ({error}). Fetch it where there is internet "
-            f"(e.g. `curl -L -o {target.name} '{url}'`) and pass the local file instead: "
-            f"weights='/path/to/{target.name}'."
+            f"(e.g. `curl -L -o {target.name} '{url}'`) and give that file's path in place of the name "
+            f"(e.g. --weights /path/to/{target.name})."
         ) from None
     digest_file.write_text(digest + "\n")
     return target
