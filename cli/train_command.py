@@ -41,7 +41,10 @@ _FLAGS = {
         ),
     ),
     "--preset": ("preset", dict(help="model preset (default: the digits model, or set one for other data)")),
-    "--image-size": ("image_size", dict(type=int, help="input resolution (position embeddings resampled)")),
+    "--image-size": (
+        "image_size",
+        dict(type=int, nargs="+", metavar="PIXELS", help="H [W] of the input (position embeddings resampled)"),
+    ),
     "--weights": (
         "weights",
         dict(
@@ -248,10 +251,14 @@ def run_train(args):
     if args.batch_size is not None and args.global_batch_size is not None:
         raise ValueError("--batch-size (per replica) and --global-batch-size are one or the other; give one.")
     if args.image_size is not None:
+        if len(args.image_size) > 2:
+            raise ValueError("--image-size takes one or two values (height [width]).")
         check_image_size(args.image_size)
     config = TrainConfig.from_yaml(args.config, **values) if args.config else TrainConfig(**values)
     if args.image_size is not None:
-        config = dataclasses.replace(config, model={**config.model, "image_size": args.image_size})
+        # One number for a square input, as a run's config.yaml has always written it.
+        size = args.image_size[0] if len(set(args.image_size)) == 1 else list(args.image_size)
+        config = dataclasses.replace(config, model={**config.model, "image_size": size})
     _join_processes(args)
     _show_run_log()
     try:

@@ -365,6 +365,48 @@ def test_finetune_from_a_run_or_its_keras_file_takes_their_architecture(tmp_path
         )
 
 
+def test_a_stopped_fine_tune_resumes_and_a_finished_one_answers_after_its_weights_are_gone(tmp_path, monkeypatch):
+    """A resumed run read its architecture and weights from `weights` again (the resume state then
+    replaced the weights): with that checkpoint moved or deleted, the run could not go on."""
+    from keras_vit.training.callbacks import ResumeState
+
+    fit(TrainConfig(run_dir=str(tmp_path / "base"), model=SMALL_MODEL, epochs=1), verbose=0)
+    _write_folder(tmp_path / "data")
+
+    def tuned(name, weights):
+        return TrainConfig(
+            dataset=str(tmp_path / "data"),
+            run_dir=str(tmp_path / name),
+            weights=weights,
+            recipe="finetune",
+            epochs=2,
+            batch_size=4,
+            validation_fraction=0.34,
+        )
+
+    whole = fit(tuned("whole", str(tmp_path / "base")), verbose=0)
+    shutil.copytree(tmp_path / "base", tmp_path / "moved")
+    real_save = ResumeState.on_epoch_end
+
+    def stop_after_the_first_epoch(self, epoch, logs=None):
+        real_save(self, epoch, logs)
+        os.kill(os.getpid(), signal.SIGINT)  # noted, and raised at the next step, after saving
+
+    monkeypatch.setattr(ResumeState, "on_epoch_end", stop_after_the_first_epoch)
+    config = tuned("stopped", "moved")  # relative, as typed; recorded by its place
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(KeyboardInterrupt):
+        fit(config, verbose=0)
+    monkeypatch.undo()
+    monkeypatch.chdir(tmp_path)  # the same command in the same place
+    assert yaml.safe_load((tmp_path / "stopped" / "config.yaml").read_text())["weights"] == str(tmp_path / "moved")
+    shutil.rmtree(tmp_path / "moved")
+    resumed = fit(config, verbose=0)
+    assert resumed["num_examples"] == whole["num_examples"]
+    assert resumed["top1"] == pytest.approx(whole["top1"]) and resumed["loss"] == pytest.approx(whole["loss"], abs=1e-4)
+    assert fit(config, verbose=0) == resumed  # finished: its evaluation, the weights still gone
+
+
 def test_a_run_whose_folder_moved_says_so_and_takes_its_new_place(tmp_path):
     from keras_vit import saving
     from keras_vit.training import evaluate, export_samples
@@ -613,6 +655,8 @@ def test_tfds_offline_and_unknown_fail_fast(monkeypatch, tmp_path, caplog):
         (["--dataset", "tfds:imagenett"], "did you mean tfds:imagenette"),
         (["--selection-fraction", "1"], "selection fraction must be in [0, 1); got 1.0"),
         (["--image-size", "0"], "--image-size must be positive; got 0."),  # was taken as "not given"
+        (["--image-size", "24", "30", "36"], "--image-size takes one or two values (height [width])."),
+        (["--image-size", "24", "0"], "--image-size must be positive; got 24 0."),
         (["--steps-per-execution", "8"], "8 steps per execution do not divide the 44 steps of an epoch"),
         (["--learning-rate", "-1"], "learning rate must be finite and > 0.0; got -1.0."),  # trained to a loss of 2.6e5
         (["--learning-rate", "inf"], "learning rate must be finite and > 0.0; got inf."),  # stopped on a NaN loss
@@ -631,6 +675,20 @@ def test_train_bad_input_one_line(argv, message, tmp_path, capsys):
     assert main(["train", "--run-dir", str(tmp_path / "run"), *argv]) == 2
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("keras-vit")]
     assert len(err) == 1 and message in err[0]
+
+
+def test_train_takes_a_non_square_image_size_and_keeps_a_square_one_as_one_number(tmp_path, capsys):
+    # --image-size took one number: a non-square run needed a YAML config
+    import keras_vit
+
+    assert main(["train", "--epochs", "1", "--image-size", "24", "30", "--run-dir", str(tmp_path / "wide")]) == 0
+    assert keras_vit.saving.load_model(tmp_path / "wide").config.image_size == (24, 30)
+    assert yaml.safe_load((tmp_path / "wide" / "config.yaml").read_text())["model"]["image_size"] == [24, 30]
+    square = ["train", "--epochs", "1", "--run-dir", str(tmp_path / "square"), "--image-size", "24"]
+    assert main(square) == 0
+    capsys.readouterr()
+    assert main([*square, "24"]) == 0  # "24 24" is the same run as "24"
+    assert "is finished" in capsys.readouterr().err
 
 
 def test_a_run_directory_that_is_a_file_is_named_before_training(tmp_path, capsys):
@@ -961,8 +1019,8 @@ from keras_vit.training import TrainConfig, fit
 from keras_vit.training import run
 captured = {{}}
 original = run._build_model
-def build(*args):
-    captured["model"] = original(*args)
+def build(*args, **kwargs):
+    captured["model"] = original(*args, **kwargs)
     return captured["model"]
 run._build_model = build
 fit(TrainConfig(run_dir={str(tmp_path / "run")!r}, model={SMALL_MODEL!r}, epochs=1, strategy="mirrored"), verbose=0)

@@ -169,6 +169,8 @@ class TrainConfig:
         if c.dataset and not (c.is_digits or c.dataset.startswith("tfds:")) and Path(c.dataset).is_dir():
             # A folder by its place: the run's evaluate and export find it from any working directory.
             c.dataset = str(Path(c.dataset).resolve())
+        if c.weights and Path(c.weights).exists():  # a local checkpoint by its place, as the folder
+            c.weights = str(Path(c.weights).resolve())
         if c.run_dir is None:
             c.run_dir = str(Path("runs") / dataset_name(c.dataset))
         if c.recipe is None:

@@ -55,7 +55,10 @@ def fit(config, overwrite=False, verbose=None):
             "step per call."
         )
     # A bad preset, model field or checkpoint fails before the run directory is touched.
-    model_config = _model_config(c, num_classes=2)
+    # A run resumed (or finished) takes its architecture from its own checkpoint, and its weights
+    # from its resume state: the checkpoint it started from may have moved or gone since.
+    own = None if overwrite else _own_checkpoint(c)
+    model_config = _model_config(c, num_classes=2, source=own)
     run_dir = _prepare_run_dir(c, overwrite)
     placement = make_placement(c)  # first: multi-worker collectives must be set up before any op
     # Several JAX processes: process 0's view of the directory decides for all.
@@ -83,7 +86,8 @@ def fit(config, overwrite=False, verbose=None):
     resumed_step = resumed_step if resumed_step < steps_per_epoch else 0
     steps_per_call = recipes.steps_per_call(c.steps_per_execution, steps_per_epoch, small, resumed_step)
     with placement.scope():
-        model = _build_model(c, model_config, source.class_names)
+        resuming = ResumeState.saved_epochs(backup_dir) is not None
+        model = _build_model(c, model_config, source.class_names, load_weights=not resuming)
         model.compile(
             optimizer=recipes.build_optimizer(c, steps_per_epoch, global_batch, epochs),
             loss=keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=c.label_smoothing),
@@ -482,21 +486,22 @@ def _execution(jit_compile):
     return "graph mode (no XLA)" if backend == "tensorflow" else "eager (no jit)"
 
 
-def _model_config(c, num_classes):
+def _model_config(c, num_classes, source=None):
     """The run's `ViTConfig`: the preset's, else the architecture of the checkpoint it starts
-    from (a `.keras` model or a run's included), else `ViTConfig`'s; `model` fields over it.
-    Raises ValueError for an unknown preset, a bad model field, an unreadable checkpoint or a
-    model the run's `model_parallel` cannot split."""
+    from (a `.keras` model or a run's included; `source` when given: the run's own), else
+    `ViTConfig`'s; `model` fields over it. Raises ValueError for an unknown preset, a bad model
+    field, an unreadable checkpoint or a model the run's `model_parallel` cannot split."""
+    source = source or c.weights
     if c.preset or not c.weights:
         # A known checkpoint's resolution unless the run sets one.
         base = {k: v for k, v in known.settings(c.weights, c.preset).items() if k == "image_size"}
     else:
-        base = keras_vit.checkpoints.config_fields(c.weights)
+        base = keras_vit.checkpoints.config_fields(source)
     # The checkpoint's head and pre-logits give way to a new zero head, as the paper fine-tunes.
     base = {k: v for k, v in base.items() if k not in ("num_classes", "representation_size")}
     overrides = {**c.model, "num_classes": num_classes}
     if c.weights and not c.preset:
-        fields = keras_vit.checkpoints.architecture(base, overrides, c.weights)
+        fields = keras_vit.checkpoints.architecture(base, overrides, source)
     else:
         fields = {**base, **overrides}
     config = keras_vit.get_config(c.preset, **fields) if c.preset else keras_vit.ViTConfig(**fields)
@@ -504,15 +509,39 @@ def _model_config(c, num_classes):
     return config
 
 
-def _build_model(c, config, class_names):
+def _build_model(c, config, class_names, load_weights=True):
     """The run's model: `config` with a head for `class_names` (saved with it), in the run's
-    precision, with `c.weights` loaded."""
+    precision, with `c.weights` loaded (unless not `load_weights`: a resume state holds them)."""
     dtype = None if c.precision == "float32" else c.precision
     config = dataclasses.replace(config, num_classes=len(class_names))
     model = keras_vit.ViT(config, dtype=dtype, class_names=class_names)
-    if c.weights:  # fine-tuning: a fresh zero head, position embeddings resampled (see load_weights)
+    if c.weights and load_weights:  # fine-tuning: the head by class names, position embeddings resampled
         keras_vit.load_weights(model, c.weights)
     return model
+
+
+def _own_checkpoint(c):
+    """The checkpoint of the run in `c.run_dir` when that run is `c`'s (only `EXECUTION_FIELDS`
+    differ) and has one, else None."""
+    run_dir = Path(c.run_dir)
+    if not (run_dir / CONFIG_FILE).is_file() or _run_changes(c, run_dir)[0]:
+        return None
+    return next((run_dir / name for name in names.RUN_CHECKPOINTS if (run_dir / name).is_file()), None)
+
+
+def _run_changes(c, run_dir):
+    """`(run fields, execution fields, before, after)`: the config fields in which `c` differs from
+    the run `run_dir` holds (none when it holds none), those that make it another run and those
+    that only change how it executes, with both configs as dicts."""
+    stored = run_dir / CONFIG_FILE
+    text = _config_text(c)
+    stored_text = stored.read_text() if stored.is_file() else text
+    before, after = yaml.safe_load(stored_text) or {}, yaml.safe_load(text)
+    if stored_text == text:
+        return [], [], before, after
+    changed = [k for k in sorted(set(before) | set(after)) if _differs(k, before.get(k), after.get(k))]
+    execution = [k for k in changed if k in EXECUTION_FIELDS]
+    return [k for k in changed if k not in execution], execution, before, after
 
 
 # How a run executes, not what it computes: a run may resume with these changed.
@@ -532,20 +561,15 @@ def _prepare_run_dir(c, overwrite):
             f"the weights {c.weights} are the run in {run_dir} that this command would replace; fine-tune from "
             "them into another run directory."
         )
-    text = _config_text(c)
-    stored_text = stored.read_text() if stored.is_file() else text
-    if stored_text != text:
-        before, after = yaml.safe_load(stored_text) or {}, yaml.safe_load(text)
-        changed = [k for k in sorted(set(before) | set(after)) if _differs(k, before.get(k), after.get(k))]
-        run_fields = [k for k in changed if k not in EXECUTION_FIELDS]  # none: the same run
-        if changed and not run_fields:
-            logger.info("keras_vit: %s holds this run, now with %s", run_dir, _changes(changed, before, after))
-        elif run_fields and not overwrite:
-            fields = _changes(run_fields, before, after)
-            raise ValueError(
-                f"{run_dir} holds a run with a different config ({fields}); pass --overwrite to "
-                "replace it (its checkpoints and resume state are deleted) or choose another --run-dir."
-            )
+    run_fields, execution_fields, before, after = _run_changes(c, run_dir)
+    if execution_fields and not run_fields:  # the same run
+        logger.info("keras_vit: %s holds this run, now with %s", run_dir, _changes(execution_fields, before, after))
+    elif run_fields and not overwrite:
+        fields = _changes(run_fields, before, after)
+        raise ValueError(
+            f"{run_dir} holds a run with a different config ({fields}); pass --overwrite to "
+            "replace it (its checkpoints and resume state are deleted) or choose another --run-dir."
+        )
     if overwrite and stored.is_file():  # a run's folder only; several processes may empty it at once
         for name in _overwritten_files(run_dir):
             if (run_dir / name).is_dir():
