@@ -368,7 +368,7 @@ def test_finetune_from_a_run_or_its_keras_file_takes_their_architecture(tmp_path
 def test_a_stopped_fine_tune_resumes_and_a_finished_one_answers_after_its_weights_are_gone(tmp_path, monkeypatch):
     """A resumed run read its architecture and weights from `weights` again (the resume state then
     replaced the weights): with that checkpoint moved or deleted, the run could not go on."""
-    from keras_vit.training.callbacks import ResumeState
+    from keras_vit.training.callbacks import AtomicCheckpoint
 
     fit(TrainConfig(run_dir=str(tmp_path / "base"), model=SMALL_MODEL, epochs=1), verbose=0)
     _write_folder(tmp_path / "data")
@@ -382,23 +382,25 @@ def test_a_stopped_fine_tune_resumes_and_a_finished_one_answers_after_its_weight
             epochs=2,
             batch_size=4,
             validation_fraction=0.34,
+            checkpoint_interval=0,  # the resume state and last.keras at every epoch's end
         )
 
     whole = fit(tuned("whole", str(tmp_path / "base")), verbose=0)
     shutil.copytree(tmp_path / "base", tmp_path / "moved")
-    real_save = ResumeState.on_epoch_end
+    real_checkpoint = AtomicCheckpoint.on_epoch_end
 
     def stop_after_the_first_epoch(self, epoch, logs=None):
-        real_save(self, epoch, logs)
-        os.kill(os.getpid(), signal.SIGINT)  # noted, and raised at the next step, after saving
+        real_checkpoint(self, epoch, logs)  # the last callback to save at an epoch's end
+        raise KeyboardInterrupt  # as Ctrl-C (a signal would not reach the handler in a pytest-xdist worker)
 
-    monkeypatch.setattr(ResumeState, "on_epoch_end", stop_after_the_first_epoch)
+    monkeypatch.setattr(AtomicCheckpoint, "on_epoch_end", stop_after_the_first_epoch)
     config = tuned("stopped", "moved")  # relative, as typed; recorded by its place
     monkeypatch.chdir(tmp_path)
     with pytest.raises(KeyboardInterrupt):
         fit(config, verbose=0)
     monkeypatch.undo()
     monkeypatch.chdir(tmp_path)  # the same command in the same place
+    assert (tmp_path / "stopped" / "backup").is_dir() and not (tmp_path / "stopped" / "eval.json").exists()
     assert yaml.safe_load((tmp_path / "stopped" / "config.yaml").read_text())["weights"] == str(tmp_path / "moved")
     shutil.rmtree(tmp_path / "moved")
     resumed = fit(config, verbose=0)
