@@ -14,7 +14,6 @@ import re
 import select
 import sys
 import threading
-from pathlib import Path
 
 from keras_vit_cli import (
     benchmark_command,
@@ -26,7 +25,7 @@ from keras_vit_cli import (
     train_command,
     visualize_command,
 )
-from keras_vit_cli.names import names
+from keras_vit_cli.output import note_unfinished_run
 from keras_vit_cli.signals import exit_status, interrupted
 
 COMMANDS = (
@@ -161,7 +160,8 @@ def _run(args):
             file=sys.stderr,
         )
         os.environ["KERAS_BACKEND"] = backend
-    _note_unfinished_run(args)
+    if args.command != "train":  # train notes the run of its --weights or its --config's weights
+        note_unfinished_run(args.command, getattr(args, "model", None) or getattr(args, "source", None))
     if args.verbose or "TF_CPP_MIN_LOG_LEVEL" in os.environ:
         importlib.import_module("keras_vit")
         return args.run(args)
@@ -169,26 +169,6 @@ def _run(args):
     with _native_noise_filtered():
         importlib.import_module("keras_vit")
         return args.run(args)
-
-
-def _note_unfinished_run(args):
-    """A note on stderr when the model a command reads (`train`: the run its `--weights` name)
-    is a run directory whose training has not finished (no evaluation written yet, or a resume
-    state left): stopped, or still training."""
-    if args.command == "train":
-        source = getattr(args, "weights", None)
-    else:
-        source = getattr(args, "model", None) or getattr(args, "source", None)
-    if not source or not Path(source).is_dir():
-        return
-    run = Path(source)
-    model = next((name for name in names.RUN_CHECKPOINTS if (run / name).is_file()), None)
-    if model and (run / names.RUN_CONFIG).is_file() and not names.run_finished(run):
-        print(
-            f"keras-vit {args.command}: note: the run in {source} has not finished (stopped, or still training); "
-            f"its {model} may not be its final model",
-            file=sys.stderr,
-        )
 
 
 def main(argv=None):

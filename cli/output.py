@@ -4,6 +4,9 @@ which Keras writes to stdout) on stderr, so `keras-vit evaluate RUN | jq` reads 
 import contextlib
 import os
 import sys
+from pathlib import Path
+
+from keras_vit_cli.names import names
 
 
 @contextlib.contextmanager
@@ -24,3 +27,19 @@ def progress_on_stderr():
         if saved is not None:
             os.dup2(saved, 1)
             os.close(saved)
+
+
+def note_unfinished_run(command, source):
+    """A note on stderr when `source`, the model a command reads, is a run directory whose
+    training has not finished (no evaluation written yet, or a resume state left): stopped, or
+    still training."""
+    if not source or not Path(source).is_dir():
+        return
+    run = Path(source)
+    model = next((name for name in names.RUN_CHECKPOINTS if (run / name).is_file()), None)
+    if model and (run / names.RUN_CONFIG).is_file() and not names.run_finished(run):
+        print(
+            f"keras-vit {command}: note: the run in {source} has not finished (stopped, or still training); "
+            f"its {model} may not be its final model",
+            file=sys.stderr,
+        )

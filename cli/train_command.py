@@ -10,7 +10,7 @@ import sys
 from keras_vit_cli import images as image_io
 from keras_vit_cli.names import names
 from keras_vit_cli.options import check_image_size
-from keras_vit_cli.output import progress_on_stderr
+from keras_vit_cli.output import note_unfinished_run, progress_on_stderr
 from keras_vit_cli.signals import exit_status, interrupted
 
 # flag -> (TrainConfig field, argparse options); defaults stay None so a YAML file can set them.
@@ -259,6 +259,7 @@ def run_train(args):
         # One number for a square input, as a run's config.yaml has always written it.
         size = args.image_size[0] if len(set(args.image_size)) == 1 else list(args.image_size)
         config = dataclasses.replace(config, model={**config.model, "image_size": size})
+    note_unfinished_run("train", config.weights)
     _join_processes(args)
     _show_run_log()
     try:

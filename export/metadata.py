@@ -72,21 +72,6 @@ def read_labels(model_bytes):
     return None if text is None else text.splitlines()
 
 
-def read_description(model_bytes):
-    """The model description in the metadata of a model (None when it has none)."""
-    from flatbuffers import encode, packer, table
-    from tensorflow.lite.python import schema_py_generated as schema
-
-    model = schema.Model.GetRootAs(model_bytes, 0)
-    for i in range(model.MetadataLength()):
-        if model.Metadata(i).Name() == METADATA_NAME:
-            data = model.Buffers(model.Metadata(i).Buffer()).DataAsNumpy().tobytes()
-            root = table.Table(data, encode.Get(packer.uoffset, data, 0))
-            slot = root.Offset(6)  # ModelMetadata.description: the second field
-            return root.String(slot + root.Pos).decode() if slot else None
-    return None
-
-
 def read_record(model_bytes, file):
     """The JSON record `file` attached by `with_metadata` (None when there is none)."""
     text = _attached(model_bytes, file)

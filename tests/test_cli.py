@@ -189,6 +189,22 @@ def test_train_notes_a_run_it_starts_from_that_has_not_finished(tmp_path, capsys
     assert len(err) == 2 and err[1].startswith("keras-vit train: error: ")
 
 
+def test_train_notes_an_unfinished_run_named_by_its_config_file(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    for name in ("config.yaml", "best.keras"):
+        (run / name).write_text("")
+    options = tmp_path / "finetune.yaml"
+    options.write_text(f"weights: {run}\nrun_dir: {tmp_path / 'tuned'}\n")
+    assert main(["train", "--config", str(options)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == (
+        f"keras-vit train: note: the run in {run} has not finished (stopped, or still training); its best.keras "
+        "may not be its final model"
+    )
+    assert len(err) == 2 and err[1].startswith("keras-vit train: error: ")
+
+
 def test_corrupt_image_file(tmp_path, capsys):
     path = tmp_path / "broken.jpg"
     path.write_bytes(b"\xff\xd8\xff\xe0 not a jpeg")

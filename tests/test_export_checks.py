@@ -150,7 +150,6 @@ def test_sigterm_during_an_export_leaves_no_staging_files(model_file, tmp_path, 
 
 def test_int8_input_output_files_are_reported_as_not_for_mediapipe(model_file, tmp_path):
     from keras_vit.export import ExportConfig, export, load_source
-    from keras_vit.export.metadata import read_description
 
     pixels = np.round(images(batch=4, seed=1))
     source = load_source(model_file).with_data({"calibration_images": pixels})
@@ -173,3 +172,20 @@ def test_int8_input_output_files_are_reported_as_not_for_mediapipe(model_file, t
         "uint8 or float32 input"
     )
     assert read_description((out / "vit_float32.tflite").read_bytes()) == "ViT image classifier (float, float32)"
+
+
+def read_description(model_bytes):
+    """The model description in a .tflite model's metadata (None when it has none)."""
+    from flatbuffers import encode, packer, table
+    from tensorflow.lite.python import schema_py_generated as schema
+
+    from keras_vit.export.metadata import METADATA_NAME
+
+    model = schema.Model.GetRootAs(model_bytes, 0)
+    for i in range(model.MetadataLength()):
+        if model.Metadata(i).Name() == METADATA_NAME:
+            data = model.Buffers(model.Metadata(i).Buffer()).DataAsNumpy().tobytes()
+            root = table.Table(data, encode.Get(packer.uoffset, data, 0))
+            slot = root.Offset(6)  # ModelMetadata.description: the second field
+            return root.String(slot + root.Pos).decode() if slot else None
+    return None
