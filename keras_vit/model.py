@@ -153,19 +153,22 @@ class ViT(_ImagesChecked, keras.Model):
             self.predict_function = None
 
     @classmethod
-    def from_preset(cls, name, weights=None, dtype=None, **overrides):
+    def from_preset(cls, name, weights=None, dtype=None, class_names=None, **overrides):
         """Builds preset `name` (see `keras_vit.list_presets()`), any config field overridden,
         e.g. `ViT.from_preset("vit_b16", num_classes=10, image_size=384)`.
 
         `weights`: a checkpoint file, Hugging Face or keras-hub folder, or known name
         (`keras_vit.list_checkpoints()`), loaded with `keras_vit.load_weights`. A known name
         builds the model its checkpoint was trained as (resolution, classes, pre-logits)
-        unless `overrides` say otherwise; a resampling of the position embeddings is logged."""
+        unless `overrides` say otherwise; a resampling of the position embeddings is logged.
+        `class_names`: the model's classes in logit order (`num_classes` defaults to their
+        count); the checkpoint's head follows them as in `from_checkpoint`."""
+        overrides = _classes_named(class_names, overrides)
         if weights is not None:
             from keras_vit.checkpoints import known
 
             overrides = {**known.settings(weights, name), **overrides}
-        model = cls(presets.get_config(name, **overrides), dtype=dtype)
+        model = cls(presets.get_config(name, **overrides), dtype=dtype, class_names=class_names)
         if weights is not None:
             from keras_vit import checkpoints
 
@@ -176,11 +179,13 @@ class ViT(_ImagesChecked, keras.Model):
     def from_checkpoint(cls, source, dtype=None, class_names=None, **overrides):
         """Builds the model a checkpoint describes (sizes read off its tensors), any config
         field overridden (e.g. `num_classes`, `image_size`), and loads it. `class_names`: the
-        model's (default: the checkpoint's, where it keeps their head). The head follows the
-        names: the checkpoint's classes in another order are reordered, other classes get a new
-        zero head (to rename the checkpoint's classes, set `model.class_names` after loading)."""
+        model's (default: the checkpoint's, where it keeps their head; `num_classes` defaults to
+        their count). The head follows the names: the checkpoint's classes in another order are
+        reordered, other classes get a new zero head (to rename the checkpoint's classes, set
+        `model.class_names` after loading)."""
         from keras_vit import checkpoints
 
+        overrides = _classes_named(class_names, overrides)
         read = checkpoints.open_checkpoint(source)
         config = ViTConfig(**checkpoints.architecture(read.fields, overrides, source))
         model = cls(config, dtype=dtype, class_names=class_names)
@@ -428,6 +433,16 @@ class _Parts:
         if self.pre_logits is not None:
             x = self.pre_logits(x)
         return self.classifier(x) if self.classifier is not None else x
+
+
+def _classes_named(class_names, overrides):
+    """Config `overrides` with `num_classes` set to the count of `class_names` when they are given
+    and it is not."""
+    if class_names is None or "num_classes" in overrides:
+        return overrides
+    if isinstance(class_names, (str, bytes)):
+        raise ValueError(f"`class_names` must be a list of strings; got {class_names!r:.80}.")
+    return {**overrides, "num_classes": len(class_names)}
 
 
 def _check_class_names(class_names, num_classes):

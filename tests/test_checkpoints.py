@@ -114,8 +114,26 @@ def test_from_checkpoint_takes_class_names_for_a_new_head(tmp_path):
     others = keras_vit.ViT.from_checkpoint(tmp_path / "model.npz", class_names=[str(i) for i in range(7)])
     assert others.class_names == tuple(str(i) for i in range(7))  # given names win over the file's
     np.testing.assert_allclose(_logits(others, images()), 0.0)  # and name other classes: a new zero head
-    with pytest.raises(ValueError, match="class"):
-        keras_vit.ViT.from_checkpoint(tmp_path / "model.npz", class_names=["cat", "dog"])
+    two = keras_vit.ViT.from_checkpoint(tmp_path / "model.npz", class_names=["cat", "dog"])
+    assert two.config.num_classes == 2 and two.class_names == ("cat", "dog")  # the count of the names
+    with pytest.raises(ValueError, match="2 class names for a model of 3 classes"):
+        keras_vit.ViT.from_checkpoint(tmp_path / "model.npz", num_classes=3, class_names=["cat", "dog"])
+
+
+def test_from_preset_takes_class_names_and_its_weights_head_follows_them(tmp_path):
+    # `from_preset(..., class_names=...)` was "unknown ViTConfig field(s): class_names".
+    model = perturb(keras_vit.ViT.from_preset("vit_ti16", image_size=32, num_classes=3))
+    model.class_names = ("red", "green", "blue")
+    model.save(tmp_path / "rgb.keras")
+    x = images()
+    named = keras_vit.ViT.from_preset("vit_ti16", image_size=32, class_names=["a", "b"])
+    assert named.config.num_classes == 2 and named.class_names == ("a", "b")
+    reordered = keras_vit.ViT.from_preset(
+        "vit_ti16", weights=tmp_path / "rgb.keras", image_size=32, class_names=["blue", "green", "red"]
+    )
+    np.testing.assert_allclose(_logits(reordered, x), _logits(model, x)[:, ::-1], atol=1e-5)
+    with pytest.raises(ValueError, match="list of strings"):
+        keras_vit.ViT.from_preset("vit_ti16", class_names="red")
 
 
 def test_a_kept_head_follows_the_class_names_of_the_checkpoint_and_the_model(tmp_path):
