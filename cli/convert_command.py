@@ -34,6 +34,11 @@ def add_parser(subparsers):
         help="dtype policy of the written model (default: a keras_vit .keras model's or run's own, e.g. the "
         "mixed_bfloat16 of a run trained so; float32 for other checkpoints)",
     )
+    parser.add_argument(
+        "--labels",
+        help="file of class names, one per line in logit order: the written model's class names (replacing the "
+        "checkpoint's, if it has any; its head is kept as it is)",
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it exists")
     parser.set_defaults(run=run)
 
@@ -52,6 +57,7 @@ def run(args):
     blocking = next((parent for parent in output.parents if parent.exists() and not parent.is_dir()), None)
     if blocking is not None:
         raise CommandError(f"cannot write {output}: {blocking} is a file, not a folder.")
+    labels = keras_vit.saving.read_labels_file(args.labels) if args.labels else None
     overrides = model_overrides(args)
     # A keras_vit model keeps how it computes (a run trained in mixed_bfloat16 stays so) unless --dtype says.
     dtype = args.dtype or source_policy(args.source)
@@ -59,6 +65,13 @@ def run(args):
         model = keras_vit.ViT.from_preset(args.preset, weights=args.source, dtype=dtype, **overrides)
     else:
         model = keras_vit.ViT.from_checkpoint(args.source, dtype=dtype, **overrides)
+    if labels is not None:
+        if len(labels) != model.config.num_classes:
+            raise CommandError(
+                f"{args.labels} names {len(labels)} classes; the model has {model.config.num_classes} "
+                "(--num-classes sets the count, with a new head)."
+            )
+        model.class_names = labels
     output.parent.mkdir(parents=True, exist_ok=True)
     keras_vit.saving.save_model(model, output)
     c, policy = model.config, model.dtype_policy.name

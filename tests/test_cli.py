@@ -360,6 +360,34 @@ def test_convert_reads_the_architecture_off_the_checkpoint(tmp_path, capsys):
     np.testing.assert_allclose(np.asarray(converted(images())), np.asarray(source(images())), atol=1e-5)
 
 
+def test_convert_names_the_classes_of_the_written_model_from_a_labels_file(tmp_path, capsys):
+    # An official ImageNet .npz names no classes: the converted model predicted indices only.
+    import keras
+    import numpy as np
+    from helpers import images, perturb, tiny_config
+
+    import keras_vit
+
+    source = perturb(keras_vit.ViT(tiny_config(num_classes=3)))
+    source.class_names = ("red", "green", "blue")
+    keras_vit.save_npz(source, tmp_path / "src.npz")
+    (tmp_path / "labels.txt").write_text("n04000001\nn04000002\nn04000003\n")
+    out = tmp_path / "model.keras"
+    argv = ["convert", str(tmp_path / "src.npz"), str(out), "--labels", str(tmp_path / "labels.txt")]
+    assert main(argv) == 0 and "3 classes with names" in capsys.readouterr().out
+    converted = keras.saving.load_model(out, safe_mode=True)
+    assert converted.class_names == ("n04000001", "n04000002", "n04000003")  # renamed, the head kept
+    np.testing.assert_array_equal(np.asarray(converted(images())), np.asarray(source(images())))
+    assert main([*argv[:3], "--overwrite", "--labels", str(tmp_path / "no.txt")]) == 2
+    assert "labels file not found" in capsys.readouterr().err
+    (tmp_path / "two.txt").write_text("cat\ndog\n")
+    assert main([*argv[:3], "--overwrite", "--labels", str(tmp_path / "two.txt")]) == 2
+    assert "two.txt names 2 classes; the model has 3 (--num-classes" in capsys.readouterr().err
+    assert keras.saving.load_model(out).class_names[0] == "n04000001"  # the refused command wrote nothing
+    assert main([*argv[:3], "--overwrite", "--num-classes", "2", "--labels", str(tmp_path / "two.txt")]) == 0
+    assert keras.saving.load_model(out).class_names == ("cat", "dog")
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
