@@ -1497,8 +1497,36 @@ def test_predict_reads_an_iterable_one_chunk_at_a_time(tmp_path, monkeypatch):
     gray = pictures[..., 0]
     rgb = predict(path, np.repeat(gray[..., None], 3, axis=-1), top_k=2)
     assert predict(path, gray, top_k=2) == predict(path, list(gray[..., None]), top_k=2) == rgb
-    with pytest.raises(ValueError, match=r"an image is \(height, width, channels\).*got shape \(30,\)"):
+    with pytest.raises(ValueError, match=r"image 0 is not an image's pixels .* got uint8 of shape \(30,\)"):
         predict(path, [gray[0][:, 0]])
+    with pytest.raises(ValueError, match=r"image 1 is not an image's pixels .* got uint8 of shape \(1, 30, 20, 3\)"):
+        predict(path, [pictures[0], pictures[:1]])  # a batch inside the list
+
+
+def test_predict_refuses_file_names_and_a_lone_image_and_warns_of_pixels_in_0_1(tmp_path, caplog):
+    # A list of paths failed with "IndexError: tuple index out of range"; one (H, W, 3) image was
+    # read as H grayscale images of W x 3 pixels; pixels scaled to [0, 1] gave one class for all.
+    from helpers import perturb
+
+    import keras_vit
+    from keras_vit.training import predict
+
+    path = tmp_path / "m.keras"
+    keras_vit.saving.save_model(perturb(keras_vit.ViT(keras_vit.ViTConfig(**SMALL_MODEL, num_classes=3))), path)
+    pictures = np.random.default_rng(0).integers(0, 256, (2, 30, 20, 3), dtype=np.uint8)
+    for name in ("photo.jpg", tmp_path / "photo.jpg"):
+        with pytest.raises(ValueError, match=r"image 0 is a file name .*photo.jpg.*`keras-vit predict`, which reads"):
+            predict(path, [name])
+    with pytest.raises(ValueError, match=r"images of shape \(30, 20, 3\) read as one image, not a batch"):
+        predict(path, pictures[0])
+    assert predict(path, pictures[0][None]) == predict(path, [pictures[0]])
+    caplog.set_level(logging.WARNING, logger="keras_vit")
+    predict(path, pictures.astype("float32"))
+    assert not caplog.records
+    predict(path, pictures.astype("float32") / 255)
+    assert [r.getMessage() for r in caplog.records] == [
+        "keras_vit: image 0 has float pixels in [0, 1]; the model takes pixels in [0, 255]"
+    ]
 
 
 def test_the_run_says_how_the_backend_executes_its_step(monkeypatch):

@@ -368,9 +368,10 @@ def in_model_order(data_source, class_names, dataset, num_classes=None):
 
 
 def predict(source, images, top_k=5, labels=None, crop=None):
-    """Top-k `(label, probability)` lists for `images` (uint8/float `(N, H, W, 3)`, or any
-    iterable of `(H, W, 3)` images of any size; grayscale `(H, W)` or `(H, W, 1)` ones are read
-    as RGB), in order.
+    """Top-k `(label, probability)` lists for `images` (uint8/float `(N, H, W, 3)` pixels in
+    [0, 255], or any iterable of `(H, W, 3)` images of any size; grayscale `(H, W)` or
+    `(H, W, 1)` ones are read as RGB), in order. Float pixels in [0, 1] are classified as they
+    are, with a warning.
 
     `source`: a run directory, a `.keras` file or a checkpoint; `labels`: a file or list of
     class names (default: the run's `labels.txt`, else the model's `class_names`, else class
@@ -394,8 +395,17 @@ def iter_predict(source, images, top_k=5, labels=None, crop=None):
     transform = model.image_transform
     if crop is not None:
         transform = ImageTransform(model.config.image_size, crop, model.config.interpolation)
-    chunk = []
-    for image in images:
+    if getattr(images, "ndim", None) == 3 and images.shape[-1] in (1, 3, 4):
+        raise ValueError(
+            f"images of shape {tuple(images.shape)} read as one image, not a batch; pass a batch "
+            "(images[None]) or a list of images ([image])."
+        )
+    chunk, scaled = [], False
+    for index, image in enumerate(images):
+        image = _pixels(image, index)
+        if not scaled and np.issubdtype(image.dtype, np.floating) and 0 < image.max(initial=0) <= 1:
+            scaled = True
+            logger.warning("keras_vit: image %d has float pixels in [0, 1]; the model takes pixels in [0, 255]", index)
         image = to_channels(image, model.config.channels)
         chunk.append(keras.ops.convert_to_numpy(transform(image)))
         if len(chunk) == PREDICT_CHUNK:
@@ -403,6 +413,23 @@ def iter_predict(source, images, top_k=5, labels=None, crop=None):
             chunk = []
     if chunk:
         yield from _top_k(model, np.stack(chunk), names, top_k)
+
+
+def _pixels(image, index):
+    """`image` as a NumPy array of pixels `(H, W)` or `(H, W, C)`; a ValueError naming the image
+    otherwise (a file name: `predict` takes pixels, `keras-vit predict` reads files)."""
+    if isinstance(image, (str, bytes, os.PathLike)):
+        raise ValueError(
+            f"image {index} is a file name ({image}), not pixels: read it first (e.g. "
+            "np.asarray(PIL.Image.open(path).convert('RGB'))), or use `keras-vit predict`, which reads files."
+        )
+    pixels = np.asarray(image)
+    if pixels.ndim not in (2, 3) or not (np.issubdtype(pixels.dtype, np.number) or pixels.dtype == bool):
+        raise ValueError(
+            f"image {index} is not an image's pixels (H, W) or (H, W, channels): got {pixels.dtype} of shape "
+            f"{pixels.shape}."
+        )
+    return pixels
 
 
 def _metrics(num_classes):
