@@ -1520,6 +1520,11 @@ def test_predict_refuses_file_names_and_a_lone_image_and_warns_of_pixels_in_0_1(
     with pytest.raises(ValueError, match=r"images of shape \(30, 20, 3\) read as one image, not a batch"):
         predict(path, pictures[0])
     assert predict(path, pictures[0][None]) == predict(path, [pictures[0]])
+    with pytest.raises(ValueError, match=r"image 1 has no pixels: shape \(0, 0, 3\)"):
+        predict(path, [pictures[0], np.zeros((0, 0, 3))])  # was TensorFlow's InvalidArgumentError
+    for top_k in (0, -1, 1.5):  # -1 listed all classes but the last
+        with pytest.raises(ValueError, match=f"top_k must be a whole number of at least 1; got {top_k}"):
+            predict(path, pictures, top_k=top_k)
     caplog.set_level(logging.WARNING, logger="keras_vit")
     predict(path, pictures.astype("float32"))
     assert not caplog.records

@@ -388,6 +388,8 @@ def iter_predict(source, images, top_k=5, labels=None, crop=None):
     """`predict` as a generator: each image's top-k list as soon as its chunk of
     `PREDICT_CHUNK` images is classified. An iterable that reads its images as it goes (as
     `keras-vit predict` passes) is then held at most one chunk at a time, resized."""
+    if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
+        raise ValueError(f"top_k must be a whole number of at least 1; got {top_k!r}.")
     model = saving.load_model(source)
     if not model.config.num_classes:  # its features would be ranked as classes
         raise ValueError(f"{source} has no classification head (0 classes): it gives image features, not classes.")
@@ -429,6 +431,8 @@ def _pixels(image, index):
             f"image {index} is not an image's pixels (H, W) or (H, W, channels): got {pixels.dtype} of shape "
             f"{pixels.shape}."
         )
+    if not pixels.size:
+        raise ValueError(f"image {index} has no pixels: shape {pixels.shape}.")
     return pixels
 
 
