@@ -6,6 +6,7 @@ import functools
 import importlib.util
 import json
 import logging
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -143,7 +144,7 @@ def save_serving_model(
         _replace(staging, target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    (Path(directory) / "models.config").write_text(models_config(directory, name))
+    write_models_config(directory, name)
     logger.info("SavedModel for TF Serving: %s", target)
     return target
 
@@ -168,19 +169,48 @@ def version_directory(directory, name, version=None, overwrite=False):
     return target
 
 
-def models_config(directory, name):
+MODELS_CONFIG = "models.config"
+_ENTRY = '  config {{\n    name: "{0}"\n    base_path: "/models/{0}"\n    model_platform: "tensorflow"\n  }}\n'
+
+
+def models_config(directory, name, listed=()):
     """A TF Serving `--model_config_file` for every model folder in `directory` (one holding a
     numbered SavedModel: TF Serving waits for a version of each model it is given, so a `tflite/`
-    or report folder beside them is left out), with the paths of the `tensorflow/serving`
-    container's default mount `/models`. A folder whose name TF Serving cannot take (`SERVING_NAME`:
-    a quote would break the file) is left out."""
+    or report folder beside them is left out) and the models `listed` already, with the paths of
+    the `tensorflow/serving` container's default mount `/models`. A folder whose name TF Serving
+    cannot take (`SERVING_NAME`: a quote would break the file) is left out."""
     folders = [p for p in Path(directory).iterdir() if p.is_dir() and SERVING_NAME.fullmatch(p.name)]
-    names = sorted({name} | {p.name for p in folders if versions(p)})
-    entries = "".join(
-        f'  config {{\n    name: "{n}"\n    base_path: "/models/{n}"\n    model_platform: "tensorflow"\n  }}\n'
-        for n in names
-    )
-    return "model_config_list {\n" + entries + "}\n"
+    names = sorted({name, *listed} | {p.name for p in folders if versions(p)})
+    return "model_config_list {\n" + "".join(_ENTRY.format(n) for n in names) + "}\n"
+
+
+def write_models_config(directory, name):
+    """Writes `directory/models.config` (`models_config`), keeping the models a file written so
+    lists. A file with settings of its own (a version policy, another base path, ...) is left as
+    it is, with a warning giving the entry to add when it does not name `name`."""
+    path = Path(directory) / MODELS_CONFIG
+    text = path.read_text() if path.is_file() else None
+    listed = _listed_models(text) if text is not None else ()
+    if listed is None:
+        if f'name: "{name}"' not in text:
+            logger.warning(
+                "keras_vit: %s has settings of its own and is left as it is; add %s to serve the new model",
+                path,
+                " ".join(_ENTRY.format(name).split()),
+            )
+        return
+    path.write_text(models_config(directory, name, listed))
+
+
+def _listed_models(text):
+    """The model names of a models.config in the form `models_config` writes; None for one with
+    anything else in it."""
+    head, tail = "model_config_list {\n", "}\n"
+    if not (text.startswith(head) and text.endswith(tail)):
+        return None
+    body = text[len(head) : len(text) - len(tail)]
+    names = re.findall(r'^    name: "([^"]*)"$', body, flags=re.MULTILINE)
+    return names if body == "".join(_ENTRY.format(n) for n in names) else None
 
 
 def write_warmup_requests(path, model_name, image_size, channels=3):

@@ -5,6 +5,7 @@ import base64
 import dataclasses
 import io
 import json
+import logging
 import subprocess
 import sys
 import textwrap
@@ -793,6 +794,31 @@ def test_a_grayscale_model_exports_and_its_files_read_images_as_pillow_grayscale
         load_exported(tmp_path / "tflite" / "vit_float32.tflite").probabilities(list(photos)), expected, atol=1e-4
     )
     assert load_exported(tmp_path / "tflite" / "vit_int8.tflite").probabilities(list(photos)).shape == (3, 3)
+
+
+def test_models_config_keeps_what_it_lists_and_leaves_a_file_with_settings_of_its_own(tmp_path, caplog):
+    # Each export rewrote models.config from the folder: a version policy or an entry of a model
+    # served from elsewhere, written there by hand, was lost without a word.
+    from keras_vit.export.serving import models_config, write_models_config
+
+    (tmp_path / "vit" / "1").mkdir(parents=True)
+    (tmp_path / "vit" / "1" / "saved_model.pb").write_bytes(b"")
+    path = tmp_path / "models.config"
+    path.write_text(models_config(tmp_path, "remote"))  # "remote" has no folder here
+    write_models_config(tmp_path, "new")
+    assert path.read_text() == models_config(tmp_path, "new", ["remote"])
+    assert [line.split('"')[1] for line in path.read_text().splitlines() if "name:" in line] == ["new", "remote", "vit"]
+    policy = '  config {\n    model_version_policy { all {} }\n    name: "vit"'
+    own = path.read_text().replace('  config {\n    name: "vit"', policy)
+    path.write_text(own)
+    caplog.set_level(logging.WARNING, logger="keras_vit")
+    write_models_config(tmp_path, "vit")  # listed there already: nothing to say
+    write_models_config(tmp_path, "third")
+    assert path.read_text() == own
+    assert [r.getMessage() for r in caplog.records] == [
+        f'keras_vit: {path} has settings of its own and is left as it is; add config {{ name: "third" base_path: '
+        '"/models/third" model_platform: "tensorflow" } to serve the new model'
+    ]
 
 
 def test_models_config_lists_only_folders_of_numbered_saved_models(tmp_path):
