@@ -9,6 +9,7 @@ import contextlib
 import difflib
 import importlib
 import importlib.metadata
+import logging
 import os
 import re
 import select
@@ -25,7 +26,7 @@ from keras_vit_cli import (
     train_command,
     visualize_command,
 )
-from keras_vit_cli.output import note_unfinished_run
+from keras_vit_cli.output import note_unfinished_run, show_log
 from keras_vit_cli.signals import exit_status, interrupted
 
 COMMANDS = (
@@ -160,6 +161,8 @@ def _run(args):
             file=sys.stderr,
         )
         os.environ["KERAS_BACKEND"] = backend
+    if not logging.root.handlers:  # a shell's process: keras_vit's warnings as plain lines
+        show_log()
     if args.command != "train":  # train notes the run of its --weights or its --config's weights
         note_unfinished_run(args.command, getattr(args, "model", None) or getattr(args, "source", None))
     if args.verbose or "TF_CPP_MIN_LOG_LEVEL" in os.environ:

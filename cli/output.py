@@ -2,6 +2,7 @@
 which Keras writes to stdout) on stderr, so `keras-vit evaluate RUN | jq` reads the result alone."""
 
 import contextlib
+import logging
 import os
 import sys
 from pathlib import Path
@@ -43,3 +44,22 @@ def note_unfinished_run(command, source):
             f"its {model} may not be its final model",
             file=sys.stderr,
         )
+
+
+class StderrHandler(logging.Handler):
+    def emit(self, record):
+        print(self.format(record), file=sys.stderr)  # today's stderr, also when it was swapped
+
+
+def show_log(level=logging.WARNING):
+    """keras_vit's log records at `level` and above on stderr, each its message alone (they begin
+    "keras_vit: "). In a process where nothing has set up logging (a shell's, not a test's), they
+    stay off the root logger, where TensorFlow's absl adds a handler that would print them again
+    as "WARNING:keras_vit:keras_vit: ..."."""
+    logger = logging.getLogger("keras_vit")
+    if not any(isinstance(handler, StderrHandler) for handler in logger.handlers):
+        if not logging.root.handlers:
+            logger.propagate = False
+        logger.addHandler(StderrHandler())
+    if logger.level == logging.NOTSET or logger.level > level:
+        logger.setLevel(level)

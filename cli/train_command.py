@@ -10,7 +10,7 @@ import sys
 from keras_vit_cli import images as image_io
 from keras_vit_cli.names import names
 from keras_vit_cli.options import check_image_size
-from keras_vit_cli.output import note_unfinished_run, progress_on_stderr
+from keras_vit_cli.output import note_unfinished_run, progress_on_stderr, show_log
 from keras_vit_cli.signals import exit_status, interrupted
 
 # flag -> (TrainConfig field, argparse options); defaults stay None so a YAML file can set them.
@@ -261,7 +261,7 @@ def run_train(args):
         config = dataclasses.replace(config, model={**config.model, "image_size": size})
     note_unfinished_run("train", config.weights)
     _join_processes(args)
-    _show_run_log()
+    show_log(logging.INFO)  # where it runs, the global batch, XLA or not
     try:
         with progress_on_stderr():
             result = fit(config, overwrite=args.overwrite)
@@ -294,19 +294,6 @@ def _join_processes(args):
 
     for key, value in given.items():
         os.environ[PROCESS_VARIABLES[key]] = str(value)
-
-
-class _StderrHandler(logging.Handler):
-    def emit(self, record):
-        print(self.format(record), file=sys.stderr)  # today's stderr, also when it was swapped
-
-
-def _show_run_log():
-    """The training app's INFO lines on stderr: where it runs, the global batch, XLA or not."""
-    logger = logging.getLogger("keras_vit")
-    if not any(isinstance(handler, _StderrHandler) for handler in logger.handlers):
-        logger.addHandler(_StderrHandler())
-    logger.setLevel(logging.INFO)
 
 
 def run_evaluate(args):

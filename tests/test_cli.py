@@ -614,3 +614,34 @@ def test_convert_keeps_the_dtype_policy_of_a_keras_vit_model_unless_told(tmp_pat
     assert main(["convert", str(tmp_path / "weights.npz"), str(tmp_path / "npz.keras")]) == 0
     assert "dtype policy float32" in capsys.readouterr().out
     assert keras.saving.load_model(tmp_path / "npz.keras").dtype_policy.name == "float32"
+
+
+def test_warnings_of_a_shell_command_are_plain_lines_also_after_absl_set_up_logging(tmp_path):
+    # TensorFlow logs through absl, which gives the root logger a handler on first use: a
+    # keras_vit warning then came out as "WARNING:keras_vit:keras_vit: ..." (before it, as the
+    # bare message), depending on what the command had run.
+    from helpers import tiny_config
+
+    import keras_vit
+
+    keras_vit.saving.save_model(keras_vit.ViT(tiny_config(num_classes=3)), tmp_path / "m.keras")
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    Image.new("RGB", (20, 20), "red").save(folder / "a.png")
+    (folder / "b.jpg").write_bytes(b"\xff\xd8\xff\xe0 not a jpeg")
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    command = [sys.executable, "-m", "keras_vit_cli", "predict", str(tmp_path / "m.keras"), str(folder)]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    skipped = [line for line in result.stderr.splitlines() if "b.jpg" in line]
+    assert len(skipped) == 1 and skipped[0].startswith(f"keras_vit: skipped image {folder / 'b.jpg'}: "), skipped
+    script = (
+        "import logging, absl.logging\n"
+        "from keras_vit_cli.output import show_log\n"
+        "show_log()\n"
+        "absl.logging.info('as TensorFlow logs')\n"
+        "logging.getLogger('keras_vit').warning('keras_vit: a warning')\n"
+        "logging.getLogger('keras_vit').info('keras_vit: not shown at WARNING')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
+    assert result.stderr == "keras_vit: a warning\n"
