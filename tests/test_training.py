@@ -258,7 +258,12 @@ def test_a_read_only_folder_keeps_its_index_under_keras_home(tmp_path, monkeypat
     monkeypatch.setattr(os, "access", lambda path, mode: mode != os.W_OK and writable(path, mode))
     checked = []
     decodable = datasets._decodable
-    monkeypatch.setattr(datasets, "_decodable", lambda files: checked.append(len(files)) or decodable(files))
+
+    def counted(files, whole=False):
+        checked.append(len(files)) if not whole else None
+        return decodable(files, whole)
+
+    monkeypatch.setattr(datasets, "_decodable", counted)
     source = datasets.folder(tmp_path / "data", validation_fraction=0.34)
     assert not (tmp_path / "data" / datasets.FolderIndex.NAME).exists()
     (index,) = (tmp_path / "home" / "keras_vit" / "folders").glob("*.json")
@@ -281,7 +286,12 @@ def test_image_folder_skips_corrupt_files_and_trains(tmp_path, caplog, monkeypat
     monkeypatch.setattr(PIL.Image, "open", no_pil)
     checked = []
     decodable = datasets._decodable
-    monkeypatch.setattr(datasets, "_decodable", lambda files: checked.append(len(files)) or decodable(files))
+
+    def counted(files, whole=False):
+        checked.append(len(files)) if not whole else None
+        return decodable(files, whole)
+
+    monkeypatch.setattr(datasets, "_decodable", counted)
     source = datasets.folder(tmp_path / "data", validation_fraction=0.34)
     assert "skipped 2 unreadable image(s)" in caplog.text and source.skipped == 2 and checked == [14]
     again = datasets.folder(tmp_path / "data", validation_fraction=0.34)
@@ -325,6 +335,47 @@ def test_image_folder_skips_corrupt_files_and_trains(tmp_path, caplog, monkeypat
         with pytest.raises(ValueError, match=message):
             call()
     assert not (tmp_path / "r2").exists()
+
+
+def test_jpegs_broken_inside_their_pixel_data_are_left_out_of_evaluation_and_selection(tmp_path, caplog, monkeypatch):
+    # Such a JPEG passes the folder's first check (its markers are whole). Training stepped over
+    # it, but one held out stopped the run's final evaluation with a TensorFlow traceback, every
+    # time the run was resumed, and `evaluate` too.
+    rng = np.random.default_rng(0)
+    for name, scale in (("cat", 0.5), ("dog", 1.0)):
+        (tmp_path / "data" / name).mkdir(parents=True)
+        for i in range(8):
+            pixels = (rng.uniform(0, 255, (24, 24, 3)) * scale).astype("uint8")
+            Image.fromarray(pixels).save(tmp_path / "data" / name / f"{i}.jpg", quality=90)
+    data = bytearray((tmp_path / "data" / "cat" / "0.jpg").read_bytes())
+    middle = data.find(b"\xff\xda") + (len(data) - data.find(b"\xff\xda")) // 2
+    data[middle : middle + 2] = b"\xff\xc4"  # a marker inside the scan: the decoder gives up
+    for i in range(4):
+        (tmp_path / "data" / "cat" / f"broken{i}.jpg").write_bytes(bytes(data))
+    config = dict(dataset=str(tmp_path / "data"), model=SMALL_MODEL, epochs=1, batch_size=4)
+    config.update(validation_fraction=0.5, selection_fraction=0.5)
+    source = datasets.folder(tmp_path / "data", 0.5, 0, 0.5)
+    assert source.skipped == 0  # the first check passes them
+    assert "do not decode whole out of evaluation and selection, e.g. cat/broken" in caplog.text
+    assert source.num_eval + source.num_select + source.num_train < 20  # the split drawn over 20, some left out
+    for split in (source.eval, source.select):
+        assert sum(1 for _ in split) == (source.num_eval if split is source.eval else source.num_select)
+    whole = []
+    decodable = datasets._decodable
+    monkeypatch.setattr(datasets, "_decodable", lambda files, **kwargs: whole.append(1) or decodable(files, **kwargs))
+    again = datasets.folder(tmp_path / "data", 0.5, 0, 0.5)
+    assert not whole and (again.num_eval, again.num_select, again.fingerprint) == (
+        source.num_eval,
+        source.num_select,
+        source.fingerprint,
+    )  # decoded once: the index keeps the verdicts
+    monkeypatch.setattr(datasets, "_decodable", decodable)
+    result = fit(TrainConfig(**config, run_dir=str(tmp_path / "run")), verbose=0)
+    assert result["num_examples"] == source.num_eval and result["selected_on"] == source.num_select
+    assert evaluate(tmp_path / "run", verbose=0)["num_examples"] == source.num_eval
+    shutil.copytree(tmp_path / "data", tmp_path / "unseen")  # a folder training never saw
+    everything = evaluate(tmp_path / "run" / "best.keras", dataset=str(tmp_path / "unseen"), split="all", verbose=0)
+    assert everything["num_examples"] == 16
 
 
 def test_finetune_from_a_run_or_its_keras_file_takes_their_architecture(tmp_path, caplog):

@@ -235,6 +235,20 @@ def folder(path, validation_fraction=0.2, seed=0, selection_fraction=0.0, finger
     files = _tensor_paths([path / name for name, _ in readable])
     labels = np.array([label for _, label in readable])
     train, select, held_out = _three_way_split(labels, validation_fraction, selection_fraction, seed)
+    # Evaluation and selection count every image they hold, so theirs are decoded whole (once: the
+    # index keeps it). A JPEG broken inside its pixel data passes the first check; it is left out
+    # of them here (the split stays as drawn) and stepped over in training.
+    broken = index.check_whole([readable[i][0] for i in (*select, *held_out)])
+    if broken:
+        select, held_out = ([i for i in split if readable[i][0] not in broken] for split in (select, held_out))
+        if (str(path), "broken", len(broken)) not in _WARNED:
+            _WARNED.add((str(path), "broken", len(broken)))
+            logger.warning(
+                "keras_vit: left %d image(s) of %s that do not decode whole out of evaluation and selection, e.g. %s",
+                len(broken),
+                path,
+                min(broken),
+            )
     if not len(held_out):
         raise ValueError(
             f"{path} has too few images to hold out an evaluation split: a class needs at least 2 readable images."
@@ -259,7 +273,7 @@ def folder(path, validation_fraction=0.2, seed=0, selection_fraction=0.0, finger
         skipped=len(skipped),
         fingerprint=now,
         decode=_decode_file,
-        # A JPEG broken inside its pixel data passes the check: training steps over it.
+        # A JPEG broken inside its pixel data can pass the first check: training steps over it.
         drop_undecodable=True,
     )
 
@@ -273,6 +287,7 @@ class FolderIndex:
 
     NAME = ".keras_vit_index.json"
     VERSION = 2  # 2: palette BMPs of 1 and 4 bits decode (tf_images); files checked before are checked again
+    # An entry: [size, mtime_ns, readable] and, once the file was decoded whole, whether it did (0/1).
 
     def __init__(self, path):
         self.path = Path(path)
@@ -297,8 +312,23 @@ class FolderIndex:
             good = _decodable(_tensor_paths([self.path / name for name in unknown]))
             verdicts.update({name: i in good for i, name in enumerate(unknown)})
             stamps = {name: stamp for name, _, stamp in listed if stamp is not None}
-            self._write({name: [*stamps[name], int(ok)] for name, ok in verdicts.items() if name in stamps})
+            entries = {name: known[name] for name in stamps if name in known}  # kept whole: a 4th item stays
+            entries.update({name: [*stamps[name], int(verdicts[name])] for name in unknown})
+            self._write(entries)
         return verdicts
+
+    def check_whole(self, names):
+        """The files among `names` (readable by `check`) that fail to decode whole, each file
+        decoded once: the verdict is kept as an entry's fourth item (1: whole, 0: broken)."""
+        known = self._read()
+        verdicts = {name: known[name][3] for name in names if len(known.get(name, ())) >= 4}
+        unknown = [name for name in names if name not in verdicts]
+        if unknown:
+            good = _decodable(_tensor_paths([self.path / name for name in unknown]), whole=True)
+            verdicts.update({name: int(i in good) for i, name in enumerate(unknown)})
+            known.update({name: [*known[name][:3], verdicts[name]] for name in unknown if name in known})
+            self._write(known)
+        return {name for name in names if not verdicts[name]}
 
     def _read(self):
         try:
@@ -376,14 +406,17 @@ def _tensor_paths(paths):
     return np.array([os.fsencode(p) for p in paths], dtype=object)
 
 
-def _decodable(files):
+def _decodable(files, whole=False):
     """Indices of `files` that TensorFlow reads, checked in parallel. A JPEG whose markers are
     whole (it starts with SOI, its header parses and it ends with EOI, which a truncated file
-    lacks) passes without decoding its pixels; any other file is decoded in full. A JPEG broken
-    only inside its entropy-coded data can pass; training then skips it (`_decode_file`)."""
+    lacks) passes without decoding its pixels unless `whole`; any other file is decoded in full.
+    A JPEG broken only inside its entropy-coded data can pass; training then skips it
+    (`_decode_file`)."""
 
     def check(i, file):
         data = tf.io.read_file(file)
+        if whole:
+            return i, tf.shape(decode_image(data))[0]
         whole_jpeg = tf.io.is_jpeg(data) & tf.equal(tf.strings.substr(data, -2, 2), b"\xff\xd9")
         rows = tf.cond(
             whole_jpeg,
