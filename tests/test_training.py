@@ -789,7 +789,7 @@ def test_empty_folder_and_foreign_run_dir(tmp_path, capsys):
     (tmp_path / "data" / "owl").rmdir()
     shutil.rmtree(tmp_path / "data" / "dog")
     assert main(["train", "--dataset", str(tmp_path / "data"), "--run-dir", str(tmp_path / "r")]) == 2
-    assert "has one class folder (cat); a classifier needs at least 2" in capsys.readouterr().err
+    assert "has one class (cat); a classifier needs at least 2" in capsys.readouterr().err
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "config.yaml").write_text("dataset: something else\n")
     assert main(["train", "--epochs", "1", "--run-dir", str(tmp_path / "run")]) == 2
@@ -1625,6 +1625,27 @@ def test_evaluation_labels_follow_the_models_class_order():
     assert [int(y) for _, y in some.as_numpy_iterator()] == [4, 3, 1]
     with pytest.raises(ValueError, match=r"folder has 3 classes; the model has 5 \(and no class names\)"):
         in_model_order(data, None, "folder", num_classes=5)
+
+
+def test_a_named_pipe_in_a_class_folder_is_skipped_as_unreadable(tmp_path, caplog):
+    # Its check read it and waited for a writer: `train` hung without a word, deaf to Ctrl-C.
+    _write_folder(tmp_path / "data")
+    os.mkfifo(tmp_path / "data" / "cat" / "pipe.jpg")
+    source = datasets.folder(tmp_path / "data", validation_fraction=0.34)
+    assert source.skipped == 3 and "skipped 3 unreadable image(s)" in caplog.text  # the pipe and _write_folder's 2
+
+
+def test_evaluate_takes_a_test_folder_of_one_of_the_models_classes(tmp_path):
+    # "a classifier needs at least 2" refused it: that holds for training only.
+    import keras_vit
+
+    model = keras_vit.ViT(keras_vit.ViTConfig(**SMALL_MODEL, num_classes=3), class_names=["cat", "dog", "owl"])
+    model.save(tmp_path / "m.keras")
+    (tmp_path / "dogs" / "dog").mkdir(parents=True)
+    for i in range(3):
+        Image.fromarray(np.full((16, 16, 3), 40 * i, np.uint8)).save(tmp_path / "dogs" / "dog" / f"{i}.png")
+    result = evaluate(tmp_path / "m.keras", dataset=str(tmp_path / "dogs"), split="all", verbose=0)
+    assert result["num_examples"] == 3 and result["top5"] == 1.0
 
 
 def test_paths_in_a_config_file_expand_the_home_directory(tmp_path):

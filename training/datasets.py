@@ -16,6 +16,7 @@ import logging
 import os
 import re
 import socket
+import stat
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -218,8 +219,6 @@ def folder(path, validation_fraction=0.2, seed=0, selection_fraction=0.0, finger
             f"{path}: class folder(s) without readable images ({', '.join(IMAGE_EXTENSIONS)}): "
             f"{', '.join(empty[:5])}; add images or remove them."
         )
-    if len(classes) < 2:
-        raise ValueError(f"{path} has one class folder ({classes[0]}); a classifier needs at least 2.")
     if skipped and (str(path), len(skipped)) not in _WARNED:  # once per process (fit then evaluates)
         _WARNED.add((str(path), len(skipped)))
         logger.warning("keras_vit: skipped %d unreadable image(s) in %s, e.g. %s", len(skipped), path, skipped[0])
@@ -362,11 +361,11 @@ def _list_images(path, classes):
                 if Path(file).suffix.lower() in IMAGE_EXTENSIONS and not file.startswith("."):  # not macOS's ._x.jpg
                     full = os.path.join(root, file)
                     try:
-                        stat = os.stat(full)
+                        status = os.stat(full)
                     except OSError:  # a broken link: skipped as unreadable
                         stamp = None
-                    else:
-                        stamp = (stat.st_size, stat.st_mtime_ns)
+                    else:  # not a regular file (a named pipe would block the check): skipped as unreadable
+                        stamp = (status.st_size, status.st_mtime_ns) if stat.S_ISREG(status.st_mode) else None
                     found.append((os.path.relpath(full, path), label, stamp))
         return sorted(found)
 

@@ -74,6 +74,8 @@ def fit(config, overwrite=False, verbose=None):
     # training records the fingerprint, whatever a config file copied from another run says.
     c = dataclasses.replace(c, data_fingerprint=_stored_fingerprint(run_dir, overwrite))
     source = datasets.load(c)
+    if len(source.class_names) < 2:  # a test folder of one class is fine for `evaluate`
+        raise ValueError(f"{c.dataset} has one class ({source.class_names[0]}); a classifier needs at least 2.")
     c = dataclasses.replace(c, data_fingerprint=source.fingerprint)
     steps_per_epoch, epochs = recipes.schedule(c, source.num_train, global_batch)
     # The small digits model on one device runs fastest under XLA, many steps per call (Keras's
