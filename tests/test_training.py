@@ -631,6 +631,19 @@ def test_tfds_pipelines_with_mock_data(tmp_path, monkeypatch, name, split):
     assert result["num_examples"] == source.num_eval > 0 and result["selected_on"] == source.num_select
 
 
+def test_tfds_class_names_come_from_the_supervised_label(monkeypatch):
+    # `features["label"]` was read whatever the dataset: smallnorb (label_category) and celeb_a
+    # (no class label) stopped with "KeyError: 'label'" and a traceback.
+    import tensorflow_datasets as tfds
+
+    monkeypatch.setattr(datasets, "network_available", lambda: True)
+    with tfds.testing.mock_data(num_examples=4):
+        source = datasets.tfds_source("smallnorb")
+        assert source.class_names == ["four-legged animals", "human figures", "airplanes", "trucks", "cars"]
+        with pytest.raises(ValueError, match=r"tfds:celeb_a is not an image classification dataset .* supervised "):
+            datasets.tfds_source("celeb_a")
+
+
 def test_tfds_jpegs_are_decoded_as_pillow_decodes_them(tmp_path, monkeypatch):
     # A tensorflow-datasets dataset built here from JPEG files (its records hold their bytes as
     # they are): the pipeline's pixels are Pillow's, to the level, as `predict` and the

@@ -429,6 +429,23 @@ def _decodable(files, whole=False):
     return {int(i) for batch, _ in ds.batch(4096).as_numpy_iterator() for i in batch}
 
 
+def _class_names(name, builder, tfds):
+    """The class names of a tfds dataset's supervised label (`as_supervised` reads `(image, label)`
+    by its `supervised_keys`: smallnorb's label is `label_category`); a ValueError for a dataset
+    whose supervised pair is not an image and a class label."""
+    keys = builder.info.supervised_keys
+    features = builder.info.features
+    pair = keys if isinstance(keys, tuple) and len(keys) == 2 and all(isinstance(k, str) for k in keys) else None
+    if pair is None or not (
+        isinstance(features[pair[0]], tfds.features.Image) and isinstance(features[pair[1]], tfds.features.ClassLabel)
+    ):
+        raise ValueError(
+            f"tfds:{name} is not an image classification dataset (an image and a class label as its supervised "
+            f"keys): its supervised keys are {keys}, its features {', '.join(features.keys())}."
+        )
+    return features[pair[1]].names
+
+
 def _is_tfds_name(name):
     """Whether `name` (without `tfds:`) names a tensorflow-datasets builder."""
     try:
@@ -475,7 +492,7 @@ def tfds_source(name, train_split=None, eval_split=None, selection_fraction=0.0)
                 "tensorflow_datasets folder here (or set TFDS_DATA_DIR)."
             )
         builder.download_and_prepare()
-    names = builder.info.features["label"].names
+    names = _class_names(name, builder, tfds)
     splits = list(builder.info.splits.keys())
     train_split = train_split or "train"
     eval_split = eval_split or next((s for s in ("test", "validation") if s in splits), "train[90%:]")
