@@ -299,7 +299,7 @@ def _join_processes(args):
 def run_evaluate(args):
     from keras_vit.export.exported import is_exported, load_exported
     from keras_vit.training import evaluate
-    from keras_vit.training.run import same_data, training_run
+    from keras_vit.training.run import load_run_config, same_data, training_run
 
     trained_on = None  # the data split an exported model records
     with progress_on_stderr():
@@ -309,15 +309,16 @@ def run_evaluate(args):
             result = _evaluate_exported(args, model)
         else:
             result = evaluate(args.model, args.dataset, args.split)
+    run = training_run(args.model)
+    trained = trained_on["dataset"] if trained_on else load_run_config(run).dataset if run is not None else None
     guessed = (
         args.dataset
         and not args.split
         and not args.dataset.startswith("tfds:")
-        and training_run(args.model) is None
-        and not (trained_on and same_data(args.dataset, trained_on["dataset"]))
+        and not (trained and same_data(args.dataset, trained))
     )
     if guessed:
-        why = f"was trained on {trained_on['dataset']}" if trained_on else "names no run to take the split from"
+        why = f"was trained on {trained}" if trained else "names no run to take the split from"
         print(
             f"keras-vit evaluate: note: {args.model} {why}: this is the held-out "
             f"share of {args.dataset} as train makes it by default (--seed 0, --validation-fraction 0.2); a model "

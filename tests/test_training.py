@@ -1661,6 +1661,26 @@ def test_evaluate_takes_a_test_folder_of_one_of_the_models_classes(tmp_path):
     assert result["num_examples"] == 3 and result["top5"] == 1.0
 
 
+def test_evaluate_says_when_a_runs_model_meets_other_data_split_by_default(tmp_path, capsys):
+    # The note was printed for a bare model file only: a run's model on another folder was scored
+    # on 20% of it without a word.
+    import keras_vit
+    from keras_vit.training.run import _store_config
+
+    model = keras_vit.ViT(keras_vit.ViTConfig(**SMALL_MODEL, num_classes=2), class_names=["cat", "dog"])
+    _write_folder(tmp_path / "data")
+    shutil.copytree(tmp_path / "data", tmp_path / "other")
+    _store_config(TrainConfig(dataset=str(tmp_path / "data"), run_dir=str(tmp_path / "run")).resolved())
+    model.save(tmp_path / "run" / "best.keras")
+    (tmp_path / "run" / "eval.json").write_text("{}")  # a finished run
+    for source in (tmp_path / "run", tmp_path / "run" / "best.keras"):
+        assert main(["evaluate", str(source), "--dataset", str(tmp_path / "other")]) == 0
+        err = capsys.readouterr().err
+        assert f"note: {source} was trained on {tmp_path / 'data'}: this is the held-out share of " in err
+        assert main(["evaluate", str(source), "--dataset", str(tmp_path / "data")]) == 0  # its own: its split
+        assert "held-out share" not in capsys.readouterr().err
+
+
 def test_paths_in_a_config_file_expand_the_home_directory(tmp_path):
     (tmp_path / "run.yaml").write_text("run_dir: ~/runs/x\ndataset: ~/flowers\nweights: ~/vit.npz\n")
     c = TrainConfig.from_yaml(tmp_path / "run.yaml")
