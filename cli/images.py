@@ -6,12 +6,9 @@ import os
 import warnings
 from pathlib import Path
 
-import numpy as np
-
 from keras_vit_cli.names import names
 
 # Pillow's modes of 16-bit grayscale images (PNG, TIFF).
-SIXTEEN_BIT_MODES = ("I;16", "I;16B", "I;16L", "I;16N")
 
 
 def load_image(path, transform=None, sample="china.jpg", channels=3):
@@ -55,14 +52,10 @@ def load_image(path, transform=None, sample="china.jpg", channels=3):
             raise ValueError(f"cannot read image {path}: not an image format Pillow reads") from None
         except (OSError, Image.DecompressionBombError) as error:  # truncated or corrupt; too many pixels
             raise ValueError(f"cannot read image {path}: {error}") from None
-    if image.mode in SIXTEEN_BIT_MODES:
-        # As TensorFlow's decoders (training, the SavedModel) read them: the high byte. Pillow's
-        # own conversion clips at 255, which turned 16-bit grayscale images white.
-        image = Image.fromarray((np.asarray(image).astype(np.int64).clip(0, 65535) >> 8).astype(np.uint8))
-    pixels = np.asarray(image.convert("RGB"), dtype=np.uint8)  # grayscale, CMYK, palette, RGBA -> RGB
-    if channels != 3:
-        from keras_vit.transform import to_channels  # imports Keras
+    from keras_vit.transform import pillow_pixels, to_channels  # imports Keras
 
+    pixels = pillow_pixels(image)  # grayscale, CMYK, palette, RGBA, 16-bit -> RGB as training reads them
+    if channels != 3:
         pixels = to_channels(pixels, channels)
     if transform is not None:
         import keras

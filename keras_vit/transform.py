@@ -54,6 +54,21 @@ class ImageTransform:
         return f"ImageTransform(size={self.size}, crop={self.crop}, interpolation={self.interpolation!r})"
 
 
+# Pillow's 16-bit grayscale modes.
+SIXTEEN_BIT_MODES = ("I;16", "I;16B", "I;16L", "I;16N")
+
+
+def pillow_pixels(image):
+    """A Pillow image's pixels as uint8 RGB `(H, W, 3)`, as the training pipelines decode its
+    file: grayscale, CMYK, palette and RGBA converted by Pillow, 16-bit images by their high byte
+    (Pillow's own conversion clips at 255, which turns 16-bit grayscale images white)."""
+    from PIL import Image
+
+    if image.mode in SIXTEEN_BIT_MODES:
+        image = Image.fromarray((np.asarray(image).astype(np.int64).clip(0, 65535) >> 8).astype(np.uint8))
+    return np.asarray(image.convert("RGB"), dtype=np.uint8)
+
+
 def to_channels(image, channels):
     """An image `(H, W, C)` (or `(H, W)`) or batch as `channels` channels: RGB to grayscale with
     Pillow's integer luma for integer pixels (`Image.convert("L")`, value for value) and its

@@ -1584,6 +1584,17 @@ def test_predict_refuses_file_names_and_a_lone_image_and_warns_of_pixels_in_0_1(
     with pytest.raises(ValueError, match=r"images of shape \(30, 20, 3\) read as one image, not a batch"):
         predict(path, pictures[0])
     assert predict(path, pictures[0][None]) == predict(path, [pictures[0]])
+    # Pillow images are read by their mode, as `keras-vit predict` reads files: a palette image's
+    # indices and a 16-bit image's 0-65535 values were classified as pixels.
+    rgb = Image.fromarray(pictures[0])
+    wide = Image.fromarray((pictures[0][..., 0].astype(np.uint16) << 8) | 255)
+    assert wide.mode in ("I;16", "I") or wide.mode.startswith("I;16")
+    for image, pixels in (
+        (rgb.convert("P"), rgb.convert("P").convert("RGB")),
+        (rgb.convert("CMYK"), rgb.convert("CMYK").convert("RGB")),
+        (wide, np.repeat(pictures[0][..., :1], 3, axis=-1)),
+    ):
+        assert predict(path, [image], top_k=3) == predict(path, [np.asarray(pixels)], top_k=3), image.mode
     with pytest.raises(ValueError, match=r"image 1 has no pixels: shape \(0, 0, 3\)"):
         predict(path, [pictures[0], np.zeros((0, 0, 3))])  # was TensorFlow's InvalidArgumentError
     for top_k in (0, -1, 1.5):  # -1 listed all classes but the last
@@ -1591,9 +1602,9 @@ def test_predict_refuses_file_names_and_a_lone_image_and_warns_of_pixels_in_0_1(
             predict(path, pictures, top_k=top_k)
     caplog.set_level(logging.WARNING, logger="keras_vit")
     predict(path, pictures.astype("float32"))
-    assert not caplog.records
+    assert not [r for r in caplog.records if r.name == "keras_vit"]
     predict(path, pictures.astype("float32") / 255)
-    assert [r.getMessage() for r in caplog.records] == [
+    assert [r.getMessage() for r in caplog.records if r.name == "keras_vit"] == [
         "keras_vit: image 0 has float pixels in [0, 1]; the model takes pixels in [0, 255]"
     ]
 

@@ -5,6 +5,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import keras
@@ -18,7 +19,7 @@ from keras_vit.training import datasets, multi_worker, pipeline, recipes
 from keras_vit.training.callbacks import AtomicCheckpoint, ResumeState, StopAfterEpoch, StopOnInterrupt, StopOnNaN
 from keras_vit.training.config import SPLIT_FIELDS, TrainConfig
 from keras_vit.training.strategy import agree, batch_multiple, make_placement, process_count, this_process_only
-from keras_vit.transform import ImageTransform, to_channels
+from keras_vit.transform import ImageTransform, pillow_pixels, to_channels
 
 # What a dataset is, for the messages that ask for one (the `dataset` argument, `--dataset`).
 DATASET_KINDS = "'digits', 'tfds:NAME' or an image folder"
@@ -420,8 +421,12 @@ def iter_predict(source, images, top_k=5, labels=None, crop=None):
 
 
 def _pixels(image, index):
-    """`image` as a NumPy array of pixels `(H, W)` or `(H, W, C)`; a ValueError naming the image
-    otherwise (a file name: `predict` takes pixels, `keras-vit predict` reads files)."""
+    """`image` as a NumPy array of pixels `(H, W)` or `(H, W, C)` (a Pillow image: its RGB pixels,
+    as training reads its file); a ValueError naming the image otherwise (a file name: `predict`
+    takes pixels, `keras-vit predict` reads files)."""
+    pillow = sys.modules.get("PIL.Image")
+    if pillow is not None and isinstance(image, pillow.Image):  # its mode says how to read it
+        return pillow_pixels(image)
     if isinstance(image, (str, bytes, os.PathLike)):
         raise ValueError(
             f"image {index} is a file name ({image}), not pixels: read it first (e.g. "
