@@ -24,6 +24,21 @@ def torch_device():
     return "cuda"
 
 
+def has_gpu(backend):
+    """Whether Keras's `backend` ("jax", "torch" or "tensorflow") runs on a GPU here."""
+    if backend == "jax":
+        import jax
+
+        return jax.devices()[0].platform == "gpu"
+    if backend == "torch":
+        import torch
+
+        return torch.cuda.is_available()
+    import tensorflow as tf
+
+    return bool(tf.config.list_physical_devices("GPU"))
+
+
 def synchronize(device):
     """Waits for the work queued on `device` (torch runs CUDA kernels asynchronously)."""
     if device == "cuda":

@@ -6,7 +6,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from keras_vit.benchmark import machine, suite
+from keras_vit.benchmark import accelerator, machine, suite
 from keras_vit.benchmark.kernels import Profiler
 
 COMPETITORS = ("keras-hub", "timm")
@@ -48,6 +48,11 @@ def run_suite(
     if out is not None:
         _check_writable(out)
     backend = keras.backend.backend()
+    if name == "gpu" and not accelerator.has_gpu(backend):
+        raise ValueError(
+            f"the gpu suite (batch 256, B/16 training) is for a GPU, under KERAS_BACKEND=jax; Keras's {backend} "
+            "backend sees none here: run the quick or full suite."
+        )
     if backend != "tensorflow":  # LiteRT and the tf.data pipeline need TensorFlow
         kinds = tuple(k for k in kinds if k in ("inference", "training"))
     selected = suite.select(name, kinds, cases, precisions)  # a ValueError where the filters leave nothing

@@ -63,16 +63,22 @@ def run(args):
     import sys
     from pathlib import Path
 
+    from keras_vit.benchmark.runner import COMPETITORS
     from keras_vit.benchmark.suite import BOTH, KINDS
     from keras_vit_cli import CommandError
 
-    args.kinds = args.kinds or ",".join(KINDS)
-    args.precisions = args.precisions or ",".join(BOTH)
-    against = [] if args.against.strip() in ("", "none") else [a.strip() for a in args.against.split(",")]
-    kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+    against = _listed(args.against, "--against", "keras-hub, timm, or none")
+    if "none" in against and len(against) > 1:
+        raise CommandError("--against none compares with nothing; it goes alone.")
+    against = [] if against == ["none"] else against
+    unknown = [a for a in against if a not in COMPETITORS]
+    if unknown:
+        raise CommandError(f"unknown implementation {unknown[0]!r} in --against; choose from keras-hub, timm, or none.")
+    kinds = list(KINDS) if args.kinds is None else _listed(args.kinds, "--kinds", ", ".join(KINDS))
     unknown = [k for k in kinds if k not in KINDS]
-    if unknown or not kinds:
-        raise CommandError(f"unknown kind {unknown[0] if unknown else ''!r}; choose from {', '.join(KINDS)}.")
+    if unknown:
+        raise CommandError(f"unknown kind {unknown[0]!r}; choose from {', '.join(KINDS)}.")
+    precisions = list(BOTH) if args.precisions is None else _listed(args.precisions, "--precisions", ", ".join(BOTH))
     if args.threads < 1:
         raise CommandError("--threads must be positive.")
     from keras_vit.benchmark import markdown, pin_threads, quiet_retracing, run_suite, share_gpu
@@ -82,7 +88,6 @@ def run(args):
     if not args.verbose:
         quiet_retracing()
     cases = None if args.cases is None else [c.strip() for c in args.cases.split(",") if c.strip()]
-    precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]
     # run_suite checks --against, --repeats, --cases and --precisions (a ValueError: one line, exit 2)
     result = run_suite(
         args.suite,
@@ -130,3 +135,13 @@ def _progress(row):
     else:
         figure = f"top-1 agreement with float32 {row['agreement_with_float32']:.2%} of {row['agreement_images']} images"
     print(f"  {row['case']}: {row['implementation']} {mode_label(row)}: {figure}", flush=True)
+
+
+def _listed(value, flag, choices):
+    """The comma-separated items of a flag's value; a CommandError when it names none."""
+    from keras_vit_cli import CommandError
+
+    items = [item.strip() for item in value.split(",") if item.strip()]
+    if not items:
+        raise CommandError(f"{flag} names nothing; give one or more of {choices}.")
+    return items

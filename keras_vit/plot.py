@@ -17,8 +17,11 @@ def _pyplot():
 
 def figure_path(path):
     """`path` as a figure is saved to: with `.png` added when it has no suffix. Raises
-    ValueError for a suffix matplotlib does not write."""
+    ValueError for a suffix matplotlib does not write, and for a folder (`viz` would have
+    become `viz.png` beside it)."""
     path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{path} is a folder; a figure is a file: give its name (e.g. {path / 'figure.png'}).")
     if not path.suffix:
         return path.with_suffix(".png")
     from matplotlib.backend_bases import FigureCanvasBase

@@ -574,6 +574,13 @@ def test_gpu_suite_holds_the_issue_case():
         (["--repeats", "3"], "repeats must be at least 5"),
         (["--cases", "Z/99"], "no case of suite 'quick' has 'Z/99' in its name"),
         (["--precisions", "float32,float16"], "unknown precision 'float16'"),
+        # Empty lists ran the whole default suite; none among others was an "unknown implementation".
+        (["--against", ""], "--against names nothing; give one or more of keras-hub, timm, or none"),
+        (["--kinds", " , "], "--kinds names nothing; give one or more of inference, training"),
+        (["--precisions", ""], "--precisions names nothing"),
+        (["--against", "none,timm"], "--against none compares with nothing; it goes alone"),
+        (["--against", "timm,torch"], "unknown implementation 'torch' in --against; choose from keras-hub, timm, or"),
+        (["--suite", "gpu"], "the gpu suite (batch 256, B/16 training) is for a GPU, under KERAS_BACKEND=jax"),
     ],
 )
 def test_benchmark_bad_input(argv, message, tmp_path, capsys):

@@ -138,6 +138,8 @@ def test_argument_errors_are_one_line_without_the_usage_block(capsys):
     "argv, message",
     [
         (["visualize", "M", "a.png", "--out", "figure.xyz"], "cannot write a figure to figure.xyz: the formats are "),
+        # a folder was taken as a name without a suffix: /tmp became /tmp.png beside it
+        (["visualize", "M", "a.png", "--out", "/tmp"], "/tmp is a folder; a figure is a file: give its name"),
         (["visualize", "M", "/no/such.jpg", "--out", "figure.png"], "image file not found: /no/such.jpg"),
         (["visualize", "M", "/tmp", "--out", "figure.png"], "/tmp is a folder: name its image files"),
         (["inspect", "M", "--images", "/no/such.jpg", "--out", "figures"], "image file not found: /no/such.jpg"),
