@@ -536,7 +536,7 @@ def test_export_samples_label_the_data_by_the_models_class_names(tmp_path):
     np.testing.assert_array_equal(x.numpy(), x0.numpy())
     np.testing.assert_array_equal(y.numpy()[:, [2, 3, 1]], y0.numpy())
     assert not y.numpy()[:, 0].any()  # the class the folder does not hold
-    with pytest.raises(ValueError, match="has classes the model does not know: b, c"):
+    with pytest.raises(ValueError, match="has classes the model does not know: 'b', 'c'"):
         export_samples(model, dataset=folder, class_names=["a", "x", "y", "z"])
     with pytest.raises(ValueError, match=r"has 3 classes; the model has 4 \(and no class names\)"):
         export_samples(model, dataset=folder)
@@ -1641,7 +1641,7 @@ def test_evaluation_labels_follow_the_models_class_order():
     reordered = in_model_order(data, ("owl", "cat", "dog"), "folder")
     assert [int(y) for _, y in reordered.as_numpy_iterator()] == [1, 2, 0]
     with pytest.raises(
-        ValueError, match=r"folder has classes the model does not know: owl \(the model's: cat, dog, emu\)"
+        ValueError, match=r"folder has classes the model does not know: 'owl' \(the model's: 'cat', 'dog', 'emu'\)"
     ):
         in_model_order(data, ["cat", "dog", "emu"], "folder")
     # Test data of some of the model's classes: each image labelled as the model's class of its name
@@ -1649,6 +1649,10 @@ def test_evaluation_labels_follow_the_models_class_order():
     assert [int(y) for _, y in some.as_numpy_iterator()] == [4, 3, 1]
     with pytest.raises(ValueError, match=r"folder has 3 classes; the model has 5 \(and no class names\)"):
         in_model_order(data, None, "folder", num_classes=5)
+    # Names compare in Unicode's composed form (a folder copied from macOS holds decomposed ones).
+    data.class_names = ["cafe\u0301", "dog", "owl"]
+    assert in_model_order(data, ("caf\u00e9", "dog", "owl"), "folder") is data.eval
+    assert [int(y) for _, y in in_model_order(data, ("owl", "caf\u00e9", "dog"), "folder")] == [1, 2, 0]
 
 
 def test_a_named_pipe_in_a_class_folder_is_skipped_as_unreadable(tmp_path, caplog):

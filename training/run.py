@@ -6,6 +6,7 @@ import logging
 import os
 import shutil
 import sys
+import unicodedata
 from pathlib import Path
 
 import keras
@@ -349,14 +350,18 @@ def model_classes(data_names, class_names, dataset, num_classes=None):
         return None
     if list(class_names) == names:
         return None
-    unknown = [n for n in names if n not in class_names]
+    # Names compare in Unicode's composed form: a folder copied from macOS spells "é" as "e" and
+    # an accent, which prints the same.
+    known = [unicodedata.normalize("NFC", n) for n in class_names]
+    unknown = [n for n in names if unicodedata.normalize("NFC", n) not in known]
     if unknown:
         more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
         raise ValueError(
-            f"{dataset} has classes the model does not know: {', '.join(unknown[:5])}{more} "
-            f"(the model's: {', '.join(class_names[:5])}{', ...' if len(class_names) > 5 else ''})."
+            f"{dataset} has classes the model does not know: {', '.join(map(repr, unknown[:5]))}{more} "
+            f"(the model's: {', '.join(map(repr, class_names[:5]))}{', ...' if len(class_names) > 5 else ''})."
         )
-    return [list(class_names).index(n) for n in names]
+    order = [known.index(unicodedata.normalize("NFC", n)) for n in names]
+    return None if order == list(range(len(class_names))) else order
 
 
 def in_model_order(data_source, class_names, dataset, num_classes=None):
