@@ -63,6 +63,8 @@ def get_config(name, **overrides):
 def _check_name(name):
     if name in PRESETS:
         return name
-    close = difflib.get_close_matches(str(name), PRESETS, n=3, cutoff=0.5)
+    # Case and dashes aside first: `VIT_B16` and `vit-b16` are `vit_b16`.
+    folded = str(name).lower().replace("-", "_")
+    close = [folded] if folded in PRESETS else difflib.get_close_matches(folded, PRESETS, n=3, cutoff=0.5)
     hint = f"did you mean {', '.join(close)}? " if close else ""
     raise ValueError(f"unknown preset {name!r}; {hint}known presets: {', '.join(PRESETS)}.")

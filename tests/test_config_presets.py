@@ -64,6 +64,9 @@ def test_paper_table1_shapes():
 def test_unknown_preset_lists_close_names():
     with pytest.raises(ValueError, match=r"unknown preset 'vit_b61'.*did you mean vit_b16"):
         keras_vit.ViT.from_preset("vit_b61")
+    for name in ("VIT_B16", "ViT-B16"):  # case and dashes: no suggestion at all before
+        with pytest.raises(ValueError, match=rf"unknown preset '{name}'; did you mean vit_b16\? known"):
+            keras_vit.get_config(name)
     with pytest.raises(ValueError, match=r"ViTConfig field\(s\): num_class; num_class: did you mean num_classes"):
         keras_vit.ViT.from_preset("vit_ti16", num_class=10)
     with pytest.raises(ValueError, match=r"unknown dtype policy 'float8'; use float32, mixed_bfloat16"):
