@@ -55,7 +55,12 @@ def run(args):
         plot.heatmap_overlays(
             pixels, inspect.rollout_maps(model, pixels), out / f"rollout.{ext}", "attention rollout", image_names
         ),
-        plot.class_token_attention(inspect.class_token_attention(model, pixels), out / f"class_token_attention.{ext}"),
+        plot.class_token_attention(
+            inspect.class_token_attention(model, pixels),
+            out / f"class_token_attention.{ext}",
+            image_name=image_names[0],
+            mean_pooled=model.config.classifier == "gap",
+        ),
     ]
     for path in written:
         print(f"wrote {path}")

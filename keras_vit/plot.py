@@ -70,9 +70,12 @@ def heatmap_overlays(images, maps, path, title, labels=None):
     return _save(fig, path)
 
 
-def class_token_attention(maps, path, image_index=0):
-    """Raw class-token attention per layer (rows) and head (columns) for one image;
-    `maps` is `(layers, batch, heads, rows, cols)` from `keras_vit.inspect`."""
+def class_token_attention(maps, path, image_index=0, image_name=None, mean_pooled=False):
+    """Raw class-token attention per layer (rows) and head (columns) for one image, named in the
+    title when `image_name` is given; `maps` is `(layers, batch, heads, rows, cols)` from
+    `keras_vit.inspect`. `mean_pooled`: the model has no class token (`classifier="gap"`), the
+    maps are the mean of the tokens' attention."""
+    query = "the mean of the tokens" if mean_pooled else "the class token"
     plt = _pyplot()
     maps = np.asarray(maps)[:, image_index]
     layers, heads = maps.shape[:2]
@@ -86,8 +89,8 @@ def class_token_attention(maps, path, image_index=0):
                 ax.set_title(f"head {head}", fontsize=8)
             if head == 0:
                 ax.set_ylabel(f"layer {layer}", fontsize=8)
-    fig.colorbar(shown, ax=axes, fraction=0.02, label="attention of the class token")
-    fig.suptitle("Class-token attention to each patch, per layer and head")
+    fig.colorbar(shown, ax=axes, fraction=0.02, label=f"attention of {query}")
+    fig.suptitle(f"Attention of {query} to each patch, per layer and head" + (f": {image_name}" if image_name else ""))
     return _save(fig, path)
 
 

@@ -109,6 +109,20 @@ def test_figures_of_a_trained_model(digits_model, tmp_path):
     assert Image.open(written[0]).size[0] > 300
 
 
+def test_attention_figure_names_its_query_and_image(monkeypatch, tmp_path):
+    # A mean-pooled model has no class token, yet its figure said "class token"; one figure per
+    # image did not say which image it was.
+    from keras_vit import plot
+
+    monkeypatch.setattr(plot, "_save", lambda fig, path: fig)
+    maps = np.random.default_rng(0).uniform(size=(2, 3, 2, 4, 4))
+    token = plot.class_token_attention(maps, tmp_path / "a.png", image_index=1, image_name="cat.jpg")
+    assert token.get_suptitle() == "Attention of the class token to each patch, per layer and head: cat.jpg"
+    pooled = plot.class_token_attention(maps, tmp_path / "b.png", mean_pooled=True)
+    assert pooled.get_suptitle() == "Attention of the mean of the tokens to each patch, per layer and head"
+    assert pooled.axes[-1].get_ylabel() == "attention of the mean of the tokens"  # the colour bar
+
+
 @pytest.mark.tensorflow_only
 @pytest.mark.parametrize("method", ["saliency", "smoothgrad", "gradcam++", "scorecam"])
 def test_tf_keras_vis_methods(digits_model, method):
