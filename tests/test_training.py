@@ -1663,6 +1663,17 @@ def test_a_named_pipe_in_a_class_folder_is_skipped_as_unreadable(tmp_path, caplo
     assert source.skipped == 3 and "skipped 3 unreadable image(s)" in caplog.text  # the pipe and _write_folder's 2
 
 
+def test_too_few_training_examples_for_the_batch_names_the_held_out_shares():
+    # It said "the global batch 4 is larger than the 0 training examples" and no more.
+    from keras_vit.training import recipes
+
+    config = TrainConfig(validation_fraction=0.99, selection_fraction=0.5)
+    with pytest.raises(ValueError, match=r"larger than the 0 training examples \(the data less 0.99 held out for "):
+        recipes.schedule(config, 0, 4)
+    with pytest.raises(ValueError, match=r"the 3 training examples; lower the batch size\.$"):
+        recipes.schedule(TrainConfig(dataset="tfds:cifar10"), 3, 4)
+
+
 def test_evaluate_takes_a_test_folder_of_one_of_the_models_classes(tmp_path):
     # "a classifier needs at least 2" refused it: that holds for training only.
     import keras_vit

@@ -93,7 +93,13 @@ def schedule(config, num_train, global_batch):
     most one step per epoch more)."""
     natural = num_train // global_batch
     if natural < 1:
-        raise ValueError(f"the global batch {global_batch} is larger than the {num_train} training examples.")
+        shares = f"{config.validation_fraction:g} held out for evaluation"
+        shares += f", {config.selection_fraction:g} of the rest for selection" if config.selection_fraction else ""
+        held = "" if (config.dataset or "").startswith("tfds:") else f" (the data less {shares})"
+        raise ValueError(
+            f"the global batch {global_batch} is larger than the {num_train} training examples{held}; lower the "
+            "batch size" + (" or the held-out shares." if held else ".")
+        )
     if config.steps is None:
         return natural, config.epochs
     epochs = math.ceil(config.steps / natural)
