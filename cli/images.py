@@ -8,8 +8,6 @@ from pathlib import Path
 
 from keras_vit_cli.names import names
 
-# Pillow's modes of 16-bit grayscale images (PNG, TIFF).
-
 
 def load_image(path, transform=None, sample="china.jpg", channels=3):
     """Returns (pixels `(H, W, channels)`, description): uint8 as decoded, or through `transform`
