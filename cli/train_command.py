@@ -279,6 +279,17 @@ def run_train(args):
         print(json.dumps(result))
 
 
+def _json_line(value):
+    """`value` as one line of JSON in UTF-8; a file name that is not UTF-8 (Python holds its bytes
+    as surrogates, which would go out as they are) comes out escaped, `\\udcff`, as valid JSON."""
+    text = json.dumps(value, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(value)
+    return text
+
+
 def _join_processes(args):
     """The process flags, handed on as the variables `keras.distribution.initialize` reads."""
     given = {"num_processes": args.num_processes, "process_id": args.process_id, "job_addresses": args.job_addresses}
@@ -426,7 +437,7 @@ def run_predict(args):
     for i, top in enumerate(results):  # image i's path is in `read` once its chunk was read
         if args.json:
             top_k = [{"label": label, "probability": p} for label, p in top]
-            print(json.dumps({"image": str(read[i]), "top_k": top_k}, ensure_ascii=False), flush=True)
+            print(_json_line({"image": str(read[i]), "top_k": top_k}), flush=True)
         else:
             print(f"{read[i]}: " + ", ".join(f"{label} {p:.3f}" for label, p in top), flush=True)
     if unreadable:

@@ -1,4 +1,5 @@
 import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -647,3 +648,25 @@ def test_warnings_of_a_shell_command_are_plain_lines_also_after_absl_set_up_logg
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
     assert result.stderr == "keras_vit: a warning\n"
+
+
+def test_predict_json_is_valid_utf8_for_a_file_name_that_is_not(tmp_path):
+    # The name's raw bytes went out as they were: the line was not UTF-8 and JSON readers failed.
+    from helpers import tiny_config
+
+    import keras_vit
+
+    keras_vit.saving.save_model(keras_vit.ViT(tiny_config(num_classes=3)), tmp_path / "m.keras")
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    for name in (b"caf\xe9.png", "café.png".encode()):  # Latin-1 bytes, then UTF-8
+        Image.new("RGB", (20, 20), "red").save(os.path.join(os.fsencode(folder), name))
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    command = [sys.executable, "-m", "keras_vit_cli", "predict", str(tmp_path / "m.keras"), str(folder), "--json"]
+    result = subprocess.run(command, capture_output=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr.decode(errors="replace")
+    lines = [json.loads(line) for line in result.stdout.decode("utf-8").splitlines()]
+    assert sorted(os.fsencode(line["image"]) for line in lines) == sorted(
+        os.path.join(os.fsencode(folder), name) for name in (b"caf\xe9.png", "café.png".encode())
+    )
+    assert "café.png" in result.stdout.decode("utf-8")  # a UTF-8 name stays readable
