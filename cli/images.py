@@ -30,6 +30,8 @@ def load_image(path, transform=None, sample="china.jpg", channels=3):
             raise ValueError(f"cannot read image {path}: a link to nothing ({os.readlink(path)})")
         elif not Path(path).is_file():
             raise FileNotFoundError(f"image file not found: {path}")
+        elif Path(path).stat().st_size == 0:
+            raise ValueError(f"cannot read image {path}: an empty file (0 bytes)")
         else:
             file = path
         try:

@@ -213,6 +213,9 @@ def test_corrupt_image_file(tmp_path, capsys):
     path.write_bytes(b"\xff\xd8\xff\xe0 not a jpeg")
     assert main(["summary", "vit_ti16", "--image", str(path)]) == 2
     assert "cannot read image" in capsys.readouterr().err
+    path.write_bytes(b"")  # was "not an image format Pillow reads"
+    assert main(["summary", "vit_ti16", "--image", str(path)]) == 2
+    assert f"cannot read image {path}: an empty file (0 bytes)" in capsys.readouterr().err
 
 
 def test_a_grayscale_model_reads_images_as_grayscale(tmp_path, capsys):

@@ -1655,6 +1655,16 @@ def test_evaluation_labels_follow_the_models_class_order():
     assert [int(y) for _, y in in_model_order(data, ("owl", "caf\u00e9", "dog"), "folder")] == [1, 2, 0]
 
 
+def test_a_class_without_an_image_in_the_evaluation_split_is_named(tmp_path, caplog):
+    # A class of one image was trained on and never evaluated, without a word.
+    write_image_folder(tmp_path / "data", (("cat", 5), ("dog", 5), ("owl", 1)))
+    source = datasets.folder(tmp_path / "data")
+    assert source.num_eval == 2
+    assert "1 class(es) of " in caplog.text and "have too few images for one in the evaluation split, e.g. owl" in (
+        caplog.text
+    )
+
+
 def test_a_named_pipe_in_a_class_folder_is_skipped_as_unreadable(tmp_path, caplog):
     # Its check read it and waited for a writer: `train` hung without a word, deaf to Ctrl-C.
     _write_folder(tmp_path / "data")

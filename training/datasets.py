@@ -252,6 +252,15 @@ def folder(path, validation_fraction=0.2, seed=0, selection_fraction=0.0, finger
         raise ValueError(
             f"{path} has too few images to hold out an evaluation split: a class needs at least 2 readable images."
         )
+    unevaluated = sorted(set(range(len(classes))) - set(labels[held_out].tolist()))
+    if unevaluated and (str(path), "unevaluated", len(unevaluated)) not in _WARNED:
+        _WARNED.add((str(path), "unevaluated", len(unevaluated)))
+        logger.warning(
+            "keras_vit: %d class(es) of %s have too few images for one in the evaluation split, e.g. %s",
+            len(unevaluated),
+            path,
+            classes[unevaluated[0]],
+        )
 
     def dataset(index):
         return tf.data.Dataset.from_tensor_slices((files[index], labels[index]))
