@@ -434,8 +434,8 @@ def _pixels(image, index):
         return pillow_pixels(image)
     if isinstance(image, (str, bytes, os.PathLike)):
         raise ValueError(
-            f"image {index} is a file name ({image}), not pixels: read it first (e.g. "
-            "np.asarray(PIL.Image.open(path).convert('RGB'))), or use `keras-vit predict`, which reads files."
+            f"image {index} is a file name ({image}), not pixels: open it first (PIL.Image.open(path)), or use "
+            "`keras-vit predict`, which reads files."
         )
     pixels = np.asarray(image)
     if pixels.ndim not in (2, 3) or not (np.issubdtype(pixels.dtype, np.number) or pixels.dtype == bool):
