@@ -6,6 +6,7 @@ This module imports only the standard library, so the command line reads it (thr
 """
 
 import os
+import unicodedata
 from pathlib import Path
 
 # The model's classifier: the class token, or the mean of the patch tokens ("global average pool").
@@ -96,3 +97,9 @@ SAVED_MODEL_PRECISIONS = {"float32": "float32", "bfloat16": "mixed_bfloat16"}
 # What `keras-vit visualize` draws: attention (keras_vit.inspect) or tf-keras-vis saliency.
 ATTENTION_METHODS = ("rollout", "attention")
 SALIENCY_METHODS = ("saliency", "smoothgrad", "gradcam++", "scorecam")
+
+
+def class_key(name):
+    """A class name as class names are compared: in Unicode's composed form (NFC), so a folder
+    copied from macOS, which spells "é" as "e" and an accent, names the class "é"."""
+    return unicodedata.normalize("NFC", name)

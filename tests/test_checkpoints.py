@@ -151,6 +151,15 @@ def test_a_kept_head_follows_the_class_names_of_the_checkpoint_and_the_model(tmp
     notes = keras_vit.load_weights(others, tmp_path / "rgb.keras")
     assert notes == ["new zero head (64, 3) (the checkpoint's classes are others: green, blue not among the model's)"]
     np.testing.assert_allclose(_logits(others, x), 0.0)
+    # Names compare in Unicode's composed form: "é" as "e" and an accent (a macOS folder) is "é".
+    decomposed = keras_vit.ViT(tiny_config(num_classes=3), class_names=("blue", "gre\u0301en", "red"))
+    model.class_names = ("red", "gr\u00e9en", "blue")
+    model.save(tmp_path / "rgb_nfc.keras")
+    assert keras_vit.load_weights(decomposed, tmp_path / "rgb_nfc.keras") == [
+        "the checkpoint's head reordered to the model's class order"
+    ]
+    np.testing.assert_allclose(_logits(decomposed, x), _logits(model, x)[:, ::-1], atol=1e-6)
+    model.class_names = ("red", "green", "blue")
     for names in (None, ("red", "green", "blue")):  # unnamed on one side, or the same names: kept as it is
         same = keras_vit.ViT(tiny_config(num_classes=3), class_names=names)
         assert keras_vit.load_weights(same, tmp_path / "rgb.keras") == []

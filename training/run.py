@@ -6,7 +6,6 @@ import logging
 import os
 import shutil
 import sys
-import unicodedata
 from pathlib import Path
 
 import keras
@@ -343,24 +342,22 @@ def model_classes(data_names, class_names, dataset, num_classes=None):
     `num_classes`). A model with class names (a converted Hugging Face one, an exported file)
     may list the data's classes in another order, and test data may hold some of them only; a
     class the model does not know is an error."""
-    names = list(data_names)
+    data = list(data_names)
     if class_names is None:
-        if num_classes is not None and len(names) != num_classes:
-            raise ValueError(f"{dataset} has {len(names)} classes; the model has {num_classes} (and no class names).")
+        if num_classes is not None and len(data) != num_classes:
+            raise ValueError(f"{dataset} has {len(data)} classes; the model has {num_classes} (and no class names).")
         return None
-    if list(class_names) == names:
+    if list(class_names) == data:
         return None
-    # Names compare in Unicode's composed form: a folder copied from macOS spells "é" as "e" and
-    # an accent, which prints the same.
-    known = [unicodedata.normalize("NFC", n) for n in class_names]
-    unknown = [n for n in names if unicodedata.normalize("NFC", n) not in known]
+    known = [names.class_key(n) for n in class_names]
+    unknown = [n for n in data if names.class_key(n) not in known]
     if unknown:
         more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
         raise ValueError(
             f"{dataset} has classes the model does not know: {', '.join(map(repr, unknown[:5]))}{more} "
             f"(the model's: {', '.join(map(repr, class_names[:5]))}{', ...' if len(class_names) > 5 else ''})."
         )
-    order = [known.index(unicodedata.normalize("NFC", n)) for n in names]
+    order = [known.index(names.class_key(n)) for n in data]
     return None if order == list(range(len(class_names))) else order
 
 

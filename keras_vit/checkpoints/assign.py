@@ -7,6 +7,7 @@ import numpy as np
 
 from keras_vit.checkpoints.files import CheckpointError
 from keras_vit.checkpoints.official import GRID_PATH
+from keras_vit.names import class_key
 
 logger = logging.getLogger("keras_vit")
 
@@ -123,9 +124,12 @@ def _class_order(checkpoint_names, model_names, shown=3):
     """`(order, why)` for a head of the right shape: `order` the checkpoint's class indices in the
     model's class order (None: as they are); `why` says why the head cannot be kept (its classes
     are others), else None. Unnamed classes on either side are taken to agree."""
-    if checkpoint_names is None or model_names is None or tuple(checkpoint_names) == tuple(model_names):
+    if checkpoint_names is None or model_names is None:
         return None, None
-    checkpoint_names, model_names = list(checkpoint_names), list(model_names)
+    checkpoint_names = [class_key(name) for name in checkpoint_names]
+    model_names = [class_key(name) for name in model_names]
+    if checkpoint_names == model_names:
+        return None, None
     if sorted(checkpoint_names) == sorted(model_names) and len(set(model_names)) == len(model_names):
         return [checkpoint_names.index(name) for name in model_names], None
     others = [name for name in checkpoint_names if name not in model_names]
