@@ -32,7 +32,14 @@ logger = logging.getLogger("keras_vit")
 # encoded (ImageNet: about 1.1 GB a window, two in memory as the next is read; decoded, 10,000
 # such images would take about 5 GB).
 SHUFFLE_BUFFER = 10_000
-_WARNED = set()  # (folder, count) of the unreadable-files warnings given
+_WARNED = set()  # the folder warnings given: (message, arguments)
+
+
+def _warn_once(message, *args):
+    """Logs a warning once per process (`fit` reads a folder again to evaluate)."""
+    if (message, *map(str, args)) not in _WARNED:
+        _WARNED.add((message, *map(str, args)))
+        logger.warning(message, *args)
 
 
 _FOREVER = np.iinfo(np.int64).max
@@ -191,9 +198,8 @@ def folder(path, validation_fraction=0.2, seed=0, selection_fraction=0.0, finger
     # A class folder may be a link (datasets are often assembled from links): `is_dir` follows it.
     classes = sorted(p.name for p in entries if p.is_dir())
     dangling = sorted(p.name for p in entries if p.is_symlink() and not p.exists())
-    if dangling and (str(path), tuple(dangling)) not in _WARNED:  # a class folder's link that lost its target
-        _WARNED.add((str(path), tuple(dangling)))
-        logger.warning(
+    if dangling:  # a class folder's link that lost its target
+        _warn_once(
             "keras_vit: skipped %d link(s) to nothing in %s (moved class folders?), e.g. %s",
             len(dangling),
             path,
@@ -219,9 +225,8 @@ def folder(path, validation_fraction=0.2, seed=0, selection_fraction=0.0, finger
             f"{path}: class folder(s) without readable images ({', '.join(IMAGE_EXTENSIONS)}): "
             f"{', '.join(empty[:5])}; add images or remove them."
         )
-    if skipped and (str(path), len(skipped)) not in _WARNED:  # once per process (fit then evaluates)
-        _WARNED.add((str(path), len(skipped)))
-        logger.warning("keras_vit: skipped %d unreadable image(s) in %s, e.g. %s", len(skipped), path, skipped[0])
+    if skipped:
+        _warn_once("keras_vit: skipped %d unreadable image(s) in %s, e.g. %s", len(skipped), path, skipped[0])
     now = _fingerprint(readable)
     if fingerprint is not None and fingerprint != now:
         then = _fingerprint_count(fingerprint)
@@ -240,22 +245,19 @@ def folder(path, validation_fraction=0.2, seed=0, selection_fraction=0.0, finger
     broken = index.check_whole([readable[i][0] for i in (*select, *held_out)])
     if broken:
         select, held_out = ([i for i in split if readable[i][0] not in broken] for split in (select, held_out))
-        if (str(path), "broken", len(broken)) not in _WARNED:
-            _WARNED.add((str(path), "broken", len(broken)))
-            logger.warning(
-                "keras_vit: left %d image(s) of %s that do not decode whole out of evaluation and selection, e.g. %s",
-                len(broken),
-                path,
-                min(broken),
-            )
+        _warn_once(
+            "keras_vit: left %d image(s) of %s that do not decode whole out of evaluation and selection, e.g. %s",
+            len(broken),
+            path,
+            min(broken),
+        )
     if not len(held_out):
         raise ValueError(
             f"{path} has too few images to hold out an evaluation split: a class needs at least 2 readable images."
         )
     unevaluated = sorted(set(range(len(classes))) - set(labels[held_out].tolist()))
-    if unevaluated and (str(path), "unevaluated", len(unevaluated)) not in _WARNED:
-        _WARNED.add((str(path), "unevaluated", len(unevaluated)))
-        logger.warning(
+    if unevaluated:
+        _warn_once(
             "keras_vit: %d class(es) of %s have too few images for one in the evaluation split, e.g. %s",
             len(unevaluated),
             path,
