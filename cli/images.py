@@ -1,5 +1,6 @@
 """Reading images for the command line (Pillow; any format it decodes), from files or URLs."""
 
+import collections
 import io
 import logging
 import os
@@ -131,16 +132,28 @@ def folder_images(folder):
     """The image files a folder argument stands for, sorted: those in it and its sub-folders whose
     suffix is one of `names.IMAGE_EXTENSIONS`, hidden ones (a name starting with a dot) left out,
     links followed, as training lists its class folders (`keras_vit.folders`). A link to nothing
-    is listed: reading it says so."""
+    is listed: reading it says so. Files in `names.UNREAD_IMAGE_EXTENSIONS` are left out with a
+    warning that counts them."""
     from keras_vit.folders import walk  # here: `keras_vit` imports Keras, which --help does not need
 
-    found = []
+    found, unread = [], collections.Counter()
     for root, files in walk(folder):
         for name in files:
             path = Path(root, name)
-            if not name.startswith(".") and path.suffix.lower() in names.IMAGE_EXTENSIONS:
+            suffix = path.suffix.lower()
+            if not name.startswith(".") and suffix in names.UNREAD_IMAGE_EXTENSIONS:
+                unread[suffix] += 1
+            elif not name.startswith(".") and suffix in names.IMAGE_EXTENSIONS:
                 if path.is_file() or (path.is_symlink() and not path.exists()):  # not a FIFO or socket
                     found.append(path)
+    if unread:
+        logging.getLogger("keras_vit").warning(
+            "keras_vit: left out %d image file(s) in %s in formats keras-vit does not read (%s); convert them to "
+            "JPEG or PNG (a .jfif is a JPEG: rename it .jpg)",
+            sum(unread.values()),
+            folder,
+            ", ".join(sorted(unread)),
+        )
     return sorted(found)
 
 

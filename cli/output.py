@@ -63,3 +63,10 @@ def show_log(level=logging.WARNING):
         logger.addHandler(StderrHandler())
     if logger.level == logging.NOTSET or logger.level > level:
         logger.setLevel(level)
+
+
+def one_line(path):
+    """`path` as text that prints on one line: characters that are not printable (a newline or
+    other control character in a file name, the bytes of a name that is not UTF-8, which Python
+    holds as lone surrogates) are written as Python escapes, `\\n`, `\\udcff`."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(path))

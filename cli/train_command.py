@@ -10,7 +10,7 @@ import sys
 from keras_vit_cli import images as image_io
 from keras_vit_cli.names import names
 from keras_vit_cli.options import check_image_size
-from keras_vit_cli.output import note_unfinished_run, progress_on_stderr, show_log
+from keras_vit_cli.output import note_unfinished_run, one_line, progress_on_stderr, show_log
 from keras_vit_cli.signals import exit_status, interrupted
 
 # flag -> (TrainConfig field, argparse options); defaults stay None so a YAML file can set them.
@@ -417,12 +417,12 @@ def run_predict(args):
                         raise
                     skipped.append((path, str(error).removeprefix(f"cannot read image {path}: ")))
                     if found:
-                        logger.warning("keras_vit: skipped image %s: %s", *skipped[-1])
+                        logger.warning("keras_vit: skipped image %s: %s", one_line(path), skipped[-1][1])
                     continue
                 if not found:
                     found = True
                     for skipped_path, why in skipped:
-                        logger.warning("keras_vit: skipped image %s: %s", skipped_path, why)
+                        logger.warning("keras_vit: skipped image %s: %s", one_line(skipped_path), why)
                 read.append(path)
                 yield image_io.encoded_image(path, image) if encoded else image
             if skipped and not found:
@@ -439,7 +439,7 @@ def run_predict(args):
             top_k = [{"label": label, "probability": p} for label, p in top]
             print(_json_line({"image": str(read[i]), "top_k": top_k}), flush=True)
         else:
-            print(f"{read[i]}: " + ", ".join(f"{label} {p:.3f}" for label, p in top), flush=True)
+            print(f"{one_line(read[i])}: " + ", ".join(f"{label} {p:.3f}" for label, p in top), flush=True)
     if unreadable:
         raise CommandError(_no_image_read(unreadable))
 
@@ -449,7 +449,7 @@ def _no_image_read(unreadable, shown=3):
     [(file, why)])` pairs, the first `shown` files of each named with the reason."""
     parts = []
     for folder, skipped in unreadable:
-        files = "; ".join(f"{os.path.relpath(path, folder)} ({why})" for path, why in skipped[:shown])
+        files = "; ".join(f"{one_line(os.path.relpath(path, folder))} ({why})" for path, why in skipped[:shown])
         more = f"; and {len(skipped) - shown} more" if len(skipped) > shown else ""
         parts.append(f"{folder}: skipped all {len(skipped)} image file(s): {files}{more}")
     return "no image could be read in " + " | ".join(parts)

@@ -51,6 +51,9 @@ IMAGE_TRANSFORM_FILE = "image_transform.json"
 # Image files read from folders (training's class folders, `keras-vit predict FOLDER`): the
 # formats `keras_vit.tf_images.decode_image` reads.
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp")
+# Image files such folders may hold that are left out (TIFF and HEIF need decoders TensorFlow lacks;
+# a .jfif is a JPEG to rename): counted in a warning, so that a folder of them is not read as empty.
+UNREAD_IMAGE_EXTENSIONS = (".tif", ".tiff", ".jfif", ".heic", ".heif", ".avif", ".jp2", ".jxl")
 
 # A run directory (keras-vit train): the resolved config, the class names, the evaluation, and the
 # model files, of which the first one present is the run's model.

@@ -673,3 +673,29 @@ def test_predict_json_is_valid_utf8_for_a_file_name_that_is_not(tmp_path):
         os.path.join(os.fsencode(folder), name) for name in (b"caf\xe9.png", "café.png".encode())
     )
     assert "café.png" in result.stdout.decode("utf-8")  # a UTF-8 name stays readable
+
+
+def test_predict_prints_one_line_per_image_whatever_the_file_names(tmp_path):
+    # A newline in a file name split its answer over two lines; a name that is not UTF-8 went out
+    # as raw bytes. Both are written as Python escapes, every other character as it is.
+    from helpers import tiny_config
+
+    import keras_vit
+
+    keras_vit.saving.save_model(keras_vit.ViT(tiny_config(num_classes=3)), tmp_path / "m.keras")
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    for name in (b"two\nlines.png", b"caf\xe9.png", "café.png".encode()):
+        Image.new("RGB", (20, 20), "red").save(os.path.join(os.fsencode(folder), name))
+    Image.new("RGB", (20, 20), "red").save(folder / "scan.tif")  # a format left out, with a count
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONIOENCODING": "utf-8"}
+    command = [sys.executable, "-m", "keras_vit_cli", "predict", str(tmp_path / "m.keras"), str(folder)]
+    result = subprocess.run(command, capture_output=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr.decode(errors="replace")
+    lines = result.stdout.decode("utf-8").splitlines()
+    assert sorted(line.split(": ")[0] for line in lines) == sorted(
+        f"{folder}/{name}" for name in ("caf\\udce9.png", "café.png", "two\\nlines.png")
+    ), lines
+    assert f"keras_vit: left out 1 image file(s) in {folder} in formats keras-vit does not read (.tif)" in (
+        result.stderr.decode(errors="replace")
+    )

@@ -1597,6 +1597,10 @@ def test_predict_refuses_file_names_and_a_lone_image_and_warns_of_pixels_in_0_1(
         assert predict(path, [image], top_k=3) == predict(path, [np.asarray(pixels)], top_k=3), image.mode
     with pytest.raises(ValueError, match=r"image 1 has no pixels: shape \(0, 0, 3\)"):
         predict(path, [pictures[0], np.zeros((0, 0, 3))])  # was TensorFlow's InvalidArgumentError
+    broken = pictures.astype("float32")
+    broken[1, 0, :2, 0] = (np.nan, np.inf)  # gave every class probability nan
+    with pytest.raises(ValueError, match=r"image 1 has 2 pixel value\(s\) that are NaN or infinite"):
+        predict(path, broken)
     for top_k in (0, -1, 1.5):  # -1 listed all classes but the last
         with pytest.raises(ValueError, match=f"top_k must be a whole number of at least 1; got {top_k}"):
             predict(path, pictures, top_k=top_k)
@@ -1771,7 +1775,7 @@ def test_folder_images_decode_as_pillow_decodes_them(tmp_path):
     for label in ("a", "b"):
         (tmp_path / "data" / label).mkdir(parents=True)
         (tmp_path / "data" / label / "x.webp").write_bytes((tmp_path / "lossy.webp").read_bytes())
-    assert [name for name, _, _ in datasets._list_images(tmp_path / "data", ["a", "b"])] == ["a/x.webp", "b/x.webp"]
+    assert [name for name, _, _ in datasets._list_images(tmp_path / "data", ["a", "b"])[0]] == ["a/x.webp", "b/x.webp"]
 
 
 def test_folder_names_and_links_that_tensorflow_or_labels_txt_cannot_take(tmp_path, caplog):
@@ -1790,10 +1794,13 @@ def test_folder_names_and_links_that_tensorflow_or_labels_txt_cannot_take(tmp_pa
     (data / "a" / ".thumbnails").mkdir()  # hidden, as hidden class folders: not images of the class
     Image.fromarray(pixels).save(data / "a" / ".thumbnails" / "0.png")
     (data / "a" / "._1.png").write_bytes(b"\0\5\26\7")  # macOS's metadata beside 1.png: not counted as unreadable
+    for name in ("scan.TIF", "photo.jfif", "cut.heic"):  # left out without a word before
+        (data / "b" / name).write_bytes(b"\0")
     with caplog.at_level("WARNING", logger="keras_vit"):
         source = datasets.folder(data)
     assert source.num_train + source.num_eval == 6 and source.skipped == 1
     assert "skipped 1 unreadable image(s)" in caplog.text and "broken.png" in caplog.text
+    assert f"left out 3 image file(s) in {data} in formats training does not read (.heic, .jfif, .tif)" in caplog.text
     images = [image for image, _ in source.eval.concatenate(source.records.map(lambda f, y: (source.decode(f), y)))]
     assert len(images) == 6 and all(np.array_equal(image.numpy(), pixels) for image in images)
     for name in ("two\nlines", os.fsdecode(b"not\xffutf8")):
@@ -1864,7 +1871,7 @@ def test_linked_class_folders_and_images_are_followed_once_and_listed_as_predict
     assert source.class_names == ["cat", "dog"] and source.skipped == 2
     assert source.num_train + source.num_eval == 6 + 7 and source.fingerprint.startswith("13 images, ")
     assert re.search(rf"skipped 1 link\(s\) to nothing in {re.escape(str(data))} .*gone", caplog.text)
-    listed = datasets._list_images(data, source.class_names)
+    listed, _ = datasets._list_images(data, source.class_names)
     assert sorted(label for _, label, _ in listed) == [0] * 7 + [1] * 8
     assert sorted(str(path.relative_to(data)) for path, _ in image_files([data])) == [name for name, _, _ in listed]
 

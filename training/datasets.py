@@ -8,6 +8,7 @@ class names; the pipeline (`pipeline.py`) crops, augments and batches them. Disj
 seed and the pass's number, so a resumed run reads on from where it stopped.
 """
 
+import collections
 import dataclasses
 import difflib
 import hashlib
@@ -24,7 +25,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit import folders
-from keras_vit.names import IMAGE_EXTENSIONS, WHOLE_SPLIT, cache_home
+from keras_vit.names import IMAGE_EXTENSIONS, UNREAD_IMAGE_EXTENSIONS, WHOLE_SPLIT, cache_home
 from keras_vit.tf_images import decode_image
 
 logger = logging.getLogger("keras_vit")
@@ -210,7 +211,15 @@ def folder(path, validation_fraction=0.2, seed=0, selection_fraction=0.0, finger
     for name in classes:  # each becomes one line of labels.txt
         if name.splitlines() != [name] or not _is_utf8(name):
             raise ValueError(f"{path}: rename the class folder {name!r}; a class name is one line of UTF-8 text.")
-    listed = _list_images(path, classes)
+    listed, unread = _list_images(path, classes)
+    if unread:
+        _warn_once(
+            "keras_vit: left out %d image file(s) in %s in formats training does not read (%s); convert them to "
+            "JPEG or PNG (a .jfif is a JPEG: rename it .jpg)",
+            sum(unread.values()),
+            path,
+            ", ".join(sorted(unread)),
+        )
     if not listed:
         raise ValueError(f"{path} has no readable images ({', '.join(IMAGE_EXTENSIONS)}) in its class folders.")
     index = FolderIndex(path)
@@ -360,16 +369,20 @@ class FolderIndex:
 def _list_images(path, classes):
     """`(name relative to path, label, (size, mtime_ns), or None for a broken link)` of every
     image not hidden (no name starting with a dot), class folders listed in parallel threads, in
-    a stable order. Links are followed, to folders (a class folder itself, or folders in it) and to
-    files alike, as `folder` finds its class folders; a folder reached twice (a link loop, a link
-    back to the dataset) is listed once per class, the dataset's own folder never."""
+    a stable order; and a Counter by suffix of the files left out (`UNREAD_IMAGE_EXTENSIONS`).
+    Links are followed, to folders (a class folder itself, or folders in it) and to files alike,
+    as `folder` finds its class folders; a folder reached twice (a link loop, a link back to the
+    dataset) is listed once per class, the dataset's own folder never."""
 
     def walk(label_and_name):
         label, name = label_and_name
-        found = []
+        found, unread = [], collections.Counter()
         for root, names in folders.walk(path / name, seen={folders.folder_key(path)}):
             for file in names:
-                if Path(file).suffix.lower() in IMAGE_EXTENSIONS and not file.startswith("."):  # not macOS's ._x.jpg
+                suffix = Path(file).suffix.lower()
+                if suffix in UNREAD_IMAGE_EXTENSIONS and not file.startswith("."):
+                    unread[suffix] += 1
+                if suffix in IMAGE_EXTENSIONS and not file.startswith("."):  # not macOS's ._x.jpg
                     full = os.path.join(root, file)
                     try:
                         status = os.stat(full)
@@ -378,10 +391,12 @@ def _list_images(path, classes):
                     else:  # not a regular file (a named pipe would block the check): skipped as unreadable
                         stamp = (status.st_size, status.st_mtime_ns) if stat.S_ISREG(status.st_mode) else None
                     found.append((os.path.relpath(full, path), label, stamp))
-        return sorted(found)
+        return sorted(found), unread
 
     with ThreadPoolExecutor(max_workers=min(16, len(classes))) as pool:
-        return [entry for entries in pool.map(walk, enumerate(classes)) for entry in entries]
+        walked = list(pool.map(walk, enumerate(classes)))
+    unread = sum((counts for _, counts in walked), collections.Counter())
+    return [entry for entries, _ in walked for entry in entries], unread
 
 
 def _fingerprint(readable):

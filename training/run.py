@@ -425,7 +425,7 @@ def iter_predict(source, images, top_k=5, labels=None, crop=None):
 def _pixels(image, index):
     """`image` as a NumPy array of pixels `(H, W)` or `(H, W, C)` (a Pillow image: its RGB pixels,
     as training reads its file); a ValueError naming the image otherwise (a file name: `predict`
-    takes pixels, `keras-vit predict` reads files)."""
+    takes pixels, `keras-vit predict` reads files; NaN or infinite values)."""
     pillow = sys.modules.get("PIL.Image")
     if pillow is not None and isinstance(image, pillow.Image):  # its mode says how to read it
         return pillow_pixels(image)
@@ -442,6 +442,9 @@ def _pixels(image, index):
         )
     if not pixels.size:
         raise ValueError(f"image {index} has no pixels: shape {pixels.shape}.")
+    if np.issubdtype(pixels.dtype, np.floating) and not np.isfinite(pixels).all():
+        bad = int(np.size(pixels) - np.isfinite(pixels).sum())
+        raise ValueError(f"image {index} has {bad} pixel value(s) that are NaN or infinite; its logits would be NaN.")
     return pixels
 
 
