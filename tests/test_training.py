@@ -709,6 +709,13 @@ def test_tfds_offline_and_unknown_fail_fast(monkeypatch, tmp_path, caplog):
     assert not [r.getMessage() for r in caplog.records if r.name == "absl"]  # the error is the one line
     with pytest.raises(ValueError, match=r"unknown tensorflow-datasets dataset 'cifar11'; did you mean tfds:cifar10"):
         datasets.tfds_source("cifar11")
+    # tfds's own message listed "close matches": none, over two lines
+    with pytest.raises(ValueError, match=r"^tfds:cifar10 has no configs: use tfds:cifar10 \(not tfds:cifar10/plain\)"):
+        datasets.tfds_source("cifar10/plain")
+    with pytest.raises(ValueError, match=r"^tfds:cifar10_corrupted has no config 'fogg_1'; did you mean "):
+        datasets.tfds_source("cifar10_corrupted/fogg_1")
+    with pytest.raises(ValueError, match=r"^tfds:cifar10:9\.9\.9: Dataset cifar10 cannot be loaded at version 9\.9\.9"):
+        datasets.tfds_source("cifar10:9.9.9")  # was tfds's AssertionError
 
 
 @pytest.mark.parametrize(

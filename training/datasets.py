@@ -481,6 +481,23 @@ def _is_tfds_name(name):
     return name.split(":")[0] in tfds.list_builders(with_community_datasets=False)
 
 
+def _unknown_config(builder_class, name, error):
+    """One line for `name` (`NAME[/CONFIG][:VERSION]`) that tfds refused with `error`: the
+    config it does not have and the ones it has (tfds lists only close matches, often none), else
+    the end of tfds's own message (an unknown version: the versions it has)."""
+    base, _, config = name.partition("/")
+    config = config.split(":")[0]
+    configs = [c.name for c in getattr(builder_class, "BUILDER_CONFIGS", None) or []]
+    if not config or config in configs:  # "Failed to construct dataset ...: Dataset X cannot be loaded at version"
+        return f"tfds:{name}: {str(error).splitlines()[0].rpartition(': ')[2]}"
+    if not configs:
+        return f"tfds:{base} has no configs: use tfds:{base} (not tfds:{name})."
+    close = difflib.get_close_matches(config, configs, n=3)
+    hint = f"did you mean {', '.join(f'tfds:{base}/{c}' for c in close)}? " if close else ""
+    listed = ", ".join(configs[:10]) + (f" and {len(configs) - 10} more" if len(configs) > 10 else "")
+    return f"tfds:{base} has no config {config!r}; {hint}its configs: {listed}."
+
+
 def tfds_source(name, train_split=None, eval_split=None, selection_fraction=0.0):
     """A tensorflow-datasets image-classification dataset; the selection split is the last
     `selection_fraction` of the training split (`selection_splits`). Not prepared and offline:
@@ -503,6 +520,8 @@ def tfds_source(name, train_split=None, eval_split=None, selection_fraction=0.0)
     try:
         builder = tfds.builder(name, try_gcs=False)
         prepared = builder.is_prepared()
+    except (ValueError, AssertionError) as error:  # an unknown config (tfds lists none) or version
+        raise ValueError(_unknown_config(tfds.builder_cls(base), name, error)) from None
     finally:
         absl_logger.setLevel(level)
     if not prepared:
