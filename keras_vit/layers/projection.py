@@ -1,5 +1,5 @@
 """A block's Dense or convolution applied to its input, with TensorFlow training's bias gradients,
-and the attention's Dense layers in a frozen half-precision graph."""
+the attention's Dense layers in a frozen half-precision graph, and empty batches on TensorFlow."""
 
 import keras
 from keras import ops
@@ -10,7 +10,9 @@ from keras_vit.layers import frozen_graph
 def project(layer, x, training):
     """`layer(x)`; in training on TensorFlow through `keras_vit.tf_kernels.project`, which sums
     the bias gradient with float32 accumulation (TensorFlow's CPU `BiasAddGrad` sums bfloat16
-    in bfloat16)."""
+    in bfloat16). An empty batch gives `empty_output`."""
+    if is_empty_on_tensorflow(x):
+        return empty_output(layer, x)
     if training and keras.backend.backend() == "tensorflow":
         from keras_vit import tf_kernels
 
@@ -32,3 +34,16 @@ def project_tokens(layer, x, training):
     kernel = ops.cast(layer.kernel, x.dtype)
     y = ops.squeeze(ops.matmul(ops.expand_dims(x, 0), ops.expand_dims(kernel, 0)), 0)
     return y + ops.cast(layer.bias, x.dtype) if layer.use_bias else y
+
+
+def is_empty_on_tensorflow(x):
+    """Whether `x` is a batch of no examples (its first dimension 0 where it is known) on the
+    TensorFlow backend, whose oneDNN convolution (TensorFlow 2.21 on AVX-512 CPUs) returns its
+    input's shape for an empty batch: the bias add after it failed, a bias-free one went on
+    with the wrong shape."""
+    return x.shape[0] == 0 and keras.backend.backend() == "tensorflow"
+
+
+def empty_output(layer, x):
+    """What `layer` gives for the empty batch `x`: zeros of its output shape."""
+    return ops.zeros(layer.compute_output_shape(x.shape), layer.compute_dtype)

@@ -10,6 +10,7 @@ from keras import ops
 
 from keras_vit import initializers
 from keras_vit.layers.group_normalization import GroupNormalization
+from keras_vit.layers.projection import empty_output, is_empty_on_tensorflow
 from keras_vit.names import RESNET_GROUPS
 
 # Normalisation constants: the official Flax code (GroupNorm epsilon 1e-6, kernels divided by
@@ -43,6 +44,8 @@ class StdConv2D(keras.layers.Conv2D):
         return (kernel - mean) / scale
 
     def convolution_op(self, inputs, kernel):
+        if is_empty_on_tensorflow(inputs):
+            return empty_output(self, inputs)
         kernel = ops.cast(self.standardise(kernel), self.compute_dtype)
         return super().convolution_op(ops.cast(inputs, self.compute_dtype), kernel)
 
