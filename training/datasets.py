@@ -488,8 +488,9 @@ def _unknown_config(builder_class, name, error):
     base, _, config = name.partition("/")
     config = config.split(":")[0]
     configs = [c.name for c in getattr(builder_class, "BUILDER_CONFIGS", None) or []]
-    if not config or config in configs:  # "Failed to construct dataset ...: Dataset X cannot be loaded at version"
-        return f"tfds:{name}: {str(error).splitlines()[0].rpartition(': ')[2]}"
+    if not config or config in configs:  # 'Failed to construct dataset "X", builder_kwargs "{...}": Dataset X ...'
+        said = str(error).splitlines()[0].rpartition('": ')[2]
+        return f"tfds:{name}: {said}"
     if not configs:
         return f"tfds:{base} has no configs: use tfds:{base} (not tfds:{name})."
     close = difflib.get_close_matches(config, configs, n=3)
