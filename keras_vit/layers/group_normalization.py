@@ -1,5 +1,7 @@
 """Group normalisation written as `(x - mean) * rsqrt(var + eps)`, the form that quantises."""
 
+import math
+
 import keras
 from keras import ops
 
@@ -27,8 +29,10 @@ class GroupNormalization(keras.layers.GroupNormalization):
 
     def call(self, inputs):
         shape = ops.shape(inputs)
-        # (batch, positions, groups, channels per group), whatever the input's rank.
-        grouped = ops.reshape(inputs, (shape[0], -1, self.groups, inputs.shape[-1] // self.groups))
+        # (batch, positions, groups, channels per group), whatever the input's rank; the positions
+        # counted where known (JAX and PyTorch cannot infer -1 in an empty batch)
+        positions = -1 if None in inputs.shape[1:-1] else math.prod(inputs.shape[1:-1])
+        grouped = ops.reshape(inputs, (shape[0], positions, self.groups, inputs.shape[-1] // self.groups))
         y = ops.reshape(centred_normalize(grouped, (1, 3), self.epsilon), shape)
         if self.scale:
             y = y * ops.cast(self.gamma, y.dtype)
