@@ -148,8 +148,7 @@ def folder_images(folder):
                     found.append(path)
     if unread:
         logging.getLogger("keras_vit").warning(
-            "keras_vit: left out %d image file(s) in %s in formats keras-vit does not read (%s); convert them to "
-            "JPEG or PNG (a .jfif is a JPEG: rename it .jpg)",
+            names.UNREAD_IMAGES_WARNING,
             sum(unread.values()),
             folder,
             ", ".join(sorted(unread)),

@@ -54,6 +54,11 @@ IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp")
 # Image files such folders may hold that are left out (TIFF and HEIF need decoders TensorFlow lacks;
 # a .jfif is a JPEG to rename): counted in a warning, so that a folder of them is not read as empty.
 UNREAD_IMAGE_EXTENSIONS = (".tif", ".tiff", ".jfif", ".heic", ".heif", ".avif", ".jp2", ".jxl")
+# Their warning (logging arguments: the count, the folder, the suffixes found).
+UNREAD_IMAGES_WARNING = (
+    "keras_vit: left out %d image file(s) in %s in formats keras-vit does not read (%s); convert them to JPEG or "
+    "PNG (a .jfif is a JPEG: rename it .jpg)"
+)
 
 # A run directory (keras-vit train): the resolved config, the class names, the evaluation, and the
 # model files, of which the first one present is the run's model.

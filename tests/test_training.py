@@ -1807,7 +1807,7 @@ def test_folder_names_and_links_that_tensorflow_or_labels_txt_cannot_take(tmp_pa
         source = datasets.folder(data)
     assert source.num_train + source.num_eval == 6 and source.skipped == 1
     assert "skipped 1 unreadable image(s)" in caplog.text and "broken.png" in caplog.text
-    assert f"left out 3 image file(s) in {data} in formats training does not read (.heic, .jfif, .tif)" in caplog.text
+    assert f"left out 3 image file(s) in {data} in formats keras-vit does not read (.heic, .jfif, .tif)" in caplog.text
     images = [image for image, _ in source.eval.concatenate(source.records.map(lambda f, y: (source.decode(f), y)))]
     assert len(images) == 6 and all(np.array_equal(image.numpy(), pixels) for image in images)
     for name in ("two\nlines", os.fsdecode(b"not\xffutf8")):

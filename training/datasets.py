@@ -25,7 +25,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit import folders
-from keras_vit.names import IMAGE_EXTENSIONS, UNREAD_IMAGE_EXTENSIONS, WHOLE_SPLIT, cache_home
+from keras_vit.names import IMAGE_EXTENSIONS, UNREAD_IMAGE_EXTENSIONS, UNREAD_IMAGES_WARNING, WHOLE_SPLIT, cache_home
 from keras_vit.tf_images import decode_image
 
 logger = logging.getLogger("keras_vit")
@@ -214,8 +214,7 @@ def folder(path, validation_fraction=0.2, seed=0, selection_fraction=0.0, finger
     listed, unread = _list_images(path, classes)
     if unread:
         _warn_once(
-            "keras_vit: left out %d image file(s) in %s in formats training does not read (%s); convert them to "
-            "JPEG or PNG (a .jfif is a JPEG: rename it .jpg)",
+            UNREAD_IMAGES_WARNING,
             sum(unread.values()),
             path,
             ", ".join(sorted(unread)),
