@@ -11,7 +11,7 @@ from keras_vit.model import ViT, ViTFeatures, count_params
 from keras_vit.presets import describe_preset, get_config, list_presets
 from keras_vit.resample import resample_position_embeddings
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "CheckpointError",
