@@ -10,7 +10,7 @@ import typing
 from collections.abc import Iterable
 from pathlib import Path
 
-from keras_vit.names import EVAL_CROP, INTERPOLATIONS, POOLING_MODES, POSEMB_INTERPOLATIONS, RESNET_GROUPS
+from keras_vit.names import CLASSIFIERS, EVAL_CROP, INTERPOLATIONS, POSEMB_INTERPOLATIONS, RESNET_GROUPS
 
 # Official ViT inputs: pixels in [0, 255] mapped to [-1, 1], i.e. (x - 127.5) / 127.5.
 OFFICIAL_MEAN = (127.5, 127.5, 127.5)
@@ -40,8 +40,16 @@ class ViTConfig:
         num_heads: attention heads; must divide `hidden_size`.
         mlp_dim: hidden width of the block MLP (4D in the paper).
         num_classes: logits of the head; 0 gives a headless model that returns features.
-        classifier: "token" (class token, read after the final LayerNorm) or "gap"
-            (no class token, mean over patch tokens after the final LayerNorm).
+        classifier: "token" (class token, read after the final LayerNorm), "gap" (no class
+            token, mean over patch tokens after the final LayerNorm) or "map" (no class token,
+            multi-head attention pooling of the patch tokens by a learned probe, SigLIP's head).
+        class_token: whether a class token is prepended; None: when `classifier` is "token"
+            (timm's DINOv2 and EVA-02 classifiers keep one and pool the mean of the patches).
+        num_register_tokens: learned register tokens (DINOv2 with registers), inserted after the
+            class token once the position embedding is added: they get no position and are left
+            out of pooling and of the patch maps.
+        fc_norm: apply the final LayerNorm to the pooled vector instead of to every token
+            (timm's `fc_norm`).
         representation_size: width of the pre-logits Dense+tanh layer used in
             pre-training; None for none.
         dropout_rate: dropout after the position embedding and after each MLP Dense.
@@ -76,6 +84,9 @@ class ViTConfig:
     mlp_dim: int = 3072
     num_classes: int = 1000
     classifier: str = "token"
+    class_token: bool | None = None
+    num_register_tokens: int = 0
+    fc_norm: bool = False
     representation_size: int | None = None
     dropout_rate: float = 0.0
     attention_dropout_rate: float = 0.0
@@ -132,8 +143,12 @@ class ViTConfig:
             )
         if self.resnet_numerics not in ("official", "timm"):
             raise ValueError(f"`resnet_numerics` must be 'official' or 'timm'; got {self.resnet_numerics!r}.")
-        if self.classifier not in POOLING_MODES:
-            raise ValueError(f"`classifier` must be one of {POOLING_MODES}; got {self.classifier!r}.")
+        if self.classifier not in CLASSIFIERS:
+            raise ValueError(f"`classifier` must be one of {CLASSIFIERS}; got {self.classifier!r}.")
+        if self.classifier == "token" and self.class_token is False:
+            raise ValueError('classifier="token" reads the class token: it needs class_token=True (or None).')
+        if self.num_register_tokens < 0:
+            raise ValueError(f"`num_register_tokens` must be >= 0; got {self.num_register_tokens}.")
         feature = self.feature_size
         for axis, (size, patch) in enumerate(zip(feature, self.patch_size)):
             if size % patch:
@@ -196,8 +211,14 @@ class ViTConfig:
         return self.grid_size[0] * self.grid_size[1]
 
     @property
+    def num_class_tokens(self):
+        """Tokens before the patches that have a position embedding slot: the class token."""
+        return int(self.classifier == "token" if self.class_token is None else self.class_token)
+
+    @property
     def num_prefix_tokens(self):
-        return 1 if self.classifier == "token" else 0
+        """Tokens before the patches: the class token, then the register tokens."""
+        return self.num_class_tokens + self.num_register_tokens
 
     def replace(self, **changes):
         """A copy with some fields changed (validated again)."""

@@ -49,10 +49,11 @@ class ViT(_ImagesChecked, keras.Model):
     A functional model from images `(batch, H, W, C)` with pixel values in [0, 255] to
     float32 logits `(batch, num_classes)` (or pooled features when `num_classes=0`).
     Layers, in order: `normalization`, `resnet` (hybrid only), `patch_embedding`,
-    `class_token`, `position_embedding`, `embedding_dropout`, `block_0`..`block_{L-2}`,
-    `patch_grid` and `merge_patch_grid` (the input of the last block as a spatial map
-    `(batch, rows, cols, D)`, the layer CAM methods target; numerically the identity),
-    `block_{L-1}`, `encoder_norm`, `pooling`, `pre_logits` (optional), `head`.
+    `class_token`, `position_embedding`, `register_tokens` (optional), `embedding_dropout`,
+    `block_0`..`block_{L-2}`, `patch_grid` and `merge_patch_grid` (the input of the last block
+    as a spatial map `(batch, rows, cols, D)`, the layer CAM methods target; numerically the
+    identity), `block_{L-1}`, `encoder_norm`, `pooling` (`attention_pool` for the "map"
+    classifier), `pre_logits` (optional), `head`.
 
     Args:
         config: a `ViTConfig` (or its dict form); defaults to ViT-B/16.
@@ -239,8 +240,7 @@ class ViT(_ImagesChecked, keras.Model):
                 )
                 outputs[f"block_{i}"] = grid(tokens)
         if pooled:
-            embedding = parts.pooling(parts.encoder_norm(x))
-            outputs["pooled"] = parts.pre_logits(embedding) if parts.pre_logits is not None else embedding
+            outputs["pooled"] = parts.pooled(parts.final_tokens(x))
         return ViTFeatures(images, outputs, name=f"{self.name}_features")
 
     def attention_model(self):
@@ -362,9 +362,14 @@ class _Parts:
             else None
         )
         self.patch_embedding = vit_layers.PatchEmbedding(c.hidden_size, c.patch_size, dtype=d, name="patch_embedding")
-        self.class_token = vit_layers.ClassToken(dtype=d, name="class_token") if c.num_prefix_tokens else None
+        self.class_token = vit_layers.ClassToken(dtype=d, name="class_token") if c.num_class_tokens else None
         self.position_embedding = vit_layers.PositionEmbedding(
-            c.grid_size, c.num_prefix_tokens, c.posemb_interpolation, dtype=d, name="position_embedding"
+            c.grid_size, c.num_class_tokens, c.posemb_interpolation, dtype=d, name="position_embedding"
+        )
+        self.register_tokens = (
+            vit_layers.RegisterTokens(c.num_register_tokens, c.num_class_tokens, dtype=d, name="register_tokens")
+            if c.num_register_tokens
+            else None
         )
         self.embedding_dropout = keras.layers.Dropout(c.dropout_rate, dtype=d, name="embedding_dropout")
         # The class token reads the patch tokens in the last block's attention, so the input
@@ -388,7 +393,18 @@ class _Parts:
             for i in range(c.num_layers)
         ]
         self.encoder_norm = vit_layers.LayerNormalization(epsilon=c.layer_norm_epsilon, dtype=d, name="encoder_norm")
-        self.pooling = vit_layers.TokenPooling(c.classifier, c.num_prefix_tokens, dtype=d, name="pooling")
+        if c.classifier == "map":
+            self.pooling = vit_layers.AttentionPool(
+                c.num_heads,
+                c.mlp_dim,
+                c.num_prefix_tokens,
+                c.layer_norm_epsilon,
+                c.gelu_approximate,
+                dtype=d,
+                name="attention_pool",
+            )
+        else:
+            self.pooling = vit_layers.TokenPooling(c.classifier, c.num_prefix_tokens, dtype=d, name="pooling")
         self.pre_logits = (
             keras.layers.Dense(
                 c.representation_size,
@@ -409,11 +425,12 @@ class _Parts:
 
     def encoder_layers(self):
         layers = [self.normalization, self.resnet, self.patch_embedding, self.class_token]
-        layers += [self.position_embedding, self.embedding_dropout, *self.blocks]
+        layers += [self.position_embedding, self.register_tokens, self.embedding_dropout, *self.blocks]
         return [layer for layer in layers if layer is not None]
 
     def encode(self, images, return_attention_scores=False):
-        """images -> (final normalised tokens, list of attention probabilities or None)."""
+        """images -> (final tokens, list of attention probabilities or None); the tokens are
+        normalised unless the model normalises the pooled vector (`fc_norm`)."""
         x = images
         for layer in self.encoder_layers()[: -len(self.blocks)]:
             x = layer(x)
@@ -426,12 +443,22 @@ class _Parts:
                 probabilities.append(p)
             else:
                 x = block(x)
-        return self.encoder_norm(x), probabilities
+        return self.final_tokens(x), probabilities
+
+    def final_tokens(self, x):
+        """The last block's tokens as the pooling reads them: normalised, unless `fc_norm`."""
+        return x if self.config.fc_norm else self.encoder_norm(x)
+
+    def pooled(self, tokens):
+        """The embedding the head reads, from `final_tokens`: pooled, normalised if `fc_norm`,
+        through the pre-logits layer if any."""
+        x = self.pooling(tokens)
+        if self.config.fc_norm:
+            x = self.encoder_norm(x)
+        return self.pre_logits(x) if self.pre_logits is not None else x
 
     def head(self, tokens):
-        x = self.pooling(tokens)
-        if self.pre_logits is not None:
-            x = self.pre_logits(x)
+        x = self.pooled(tokens)
         return self.classifier(x) if self.classifier is not None else x
 
 

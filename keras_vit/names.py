@@ -9,8 +9,12 @@ import os
 import unicodedata
 from pathlib import Path
 
-# The model's classifier: the class token, or the mean of the patch tokens ("global average pool").
+# Token pooling (keras_vit.layers.TokenPooling): the class token, or the mean of the patch tokens
+# ("global average pool").
 POOLING_MODES = ("token", "gap")
+# The model's classifier (ViTConfig.classifier): a token pooling, or multi-head attention pooling
+# by a learned probe ("map", keras_vit.layers.AttentionPool).
+CLASSIFIERS = (*POOLING_MODES, "map")
 
 # GroupNorm groups of the hybrid's ResNet stem (BiT): every ResNet width must divide by it.
 RESNET_GROUPS = 32

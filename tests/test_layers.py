@@ -23,6 +23,12 @@ def _grid(batch):
 # trainable weight tensors, trainable parameters)
 CASES = {
     "MultiHeadSelfAttention": (dict(num_heads=2), [(2, 5, D), (3, 7, D)], 4, 4 * D * D + 4 * D),
+    "AttentionPool": (
+        dict(num_heads=2, mlp_dim=16, num_prefix_tokens=1),
+        [(2, 5, D), (3, 7, D)],
+        13,
+        D + (D * D + D) + (D * 2 * D + 2 * D) + (D * D + D) + 2 * D + (D * 16 + 16 + 16 * D + D),
+    ),
     "ClassToken": ({}, [(2, 4, D), (3, 6, D)], 1, D),
     "DropPath": (dict(rate=0.5, seed=1), [(2, 4, D), (3, 6, D)], 0, 0),
     "EncoderBlock": (
@@ -39,6 +45,7 @@ CASES = {
     "PatchEmbedding": (dict(hidden_size=D, patch_size=4), [(2, 8, 8, 3), (3, 16, 12, 3)], 2, 4 * 4 * 3 * D + D),
     "TokenPooling": (dict(mode="gap"), [(2, 5, D), (3, 7, D)], 0, 0),
     "PositionEmbedding": (dict(grid_size=(2, 2)), [(2, 5, D), (3, 5, D)], 1, 5 * D),
+    "RegisterTokens": (dict(num_tokens=2), [(2, 5, D), (3, 7, D)], 1, 2 * D),
     "StdConv2D": (dict(filters=D, kernel_size=3, padding="same"), [(2, 8, 8, 3), (3, 6, 10, 3)], 1, 27 * D),
     # BiT units (GroupNorm of 32 groups): a 1x1-3x3-1x1 bottleneck of 32 to 128 channels, projected.
     "BottleneckUnit": (

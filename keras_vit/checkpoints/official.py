@@ -126,7 +126,8 @@ def image_size(tokens, fields, stride, grid=None):
     if grid is not None:
         rows, cols = (int(g) for g in np.asarray(grid))
         return (rows * patch[0] * stride, cols * patch[1] * stride)
-    if fields["classifier"] == "token" and not _is_square(tokens):
+    class_token = fields.get("class_token")
+    if (fields["classifier"] == "token" if class_token is None else class_token) and not _is_square(tokens):
         tokens -= 1
     if not _is_square(tokens):
         return None

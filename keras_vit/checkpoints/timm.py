@@ -13,8 +13,18 @@ from keras_vit.config import resnet_stride
 
 logger = logging.getLogger("keras_vit")
 
-# timm does not store the head count; these are the widths of the paper's variants.
-HEADS_BY_WIDTH = {192: 3, 384: 6, 768: 12, 1024: 16, 1280: 16}
+# timm does not store the head count; these are the widths of the paper's variants, SigLIP's
+# So400m and DINOv2's giant.
+HEADS_BY_WIDTH = {192: 3, 384: 6, 768: 12, 1024: 16, 1152: 16, 1280: 16, 1536: 24}
+# Parts of timm ViTs that keras_vit's ViT has no layer for: (state-dict prefix, what it is).
+UNSUPPORTED = (
+    ("blocks.0.mlp.fc1_g.", "a SwiGLU MLP"),
+    ("blocks.0.mlp.w12.", "a packed SwiGLU MLP (DINOv2 giant)"),
+    ("blocks.0.mlp.norm.", "a LayerNorm inside the MLP"),
+    ("blocks.0.attn.q_norm.", "query/key normalisation"),
+    ("blocks.0.norm1_post", "post-norm blocks"),
+    ("rope.", "rotary position embeddings"),
+)
 # A hybrid's root convolution: inside `stem` of a ResNetV2, or the backbone itself when the
 # ResNet is its root alone (R+Ti/16).
 ROOT_KEYS = ("patch_embed.backbone.stem.conv.weight", "patch_embed.backbone.conv.weight")
@@ -50,8 +60,16 @@ def to_keras(tensors):
         (r"blocks\.(\d+)\.mlp\.fc([12])\.weight", r"block_\1/mlp/fc\2/kernel", _linear),
         (r"blocks\.(\d+)\.mlp\.fc([12])\.bias", r"block_\1/mlp/fc\2/bias", None),
         (r"blocks\.(\d+)\.ls([12])\.gamma", r"block_\1/scale\2/gamma", None),
-        (r"norm\.weight", "encoder_norm/gamma", None),
-        (r"norm\.bias", "encoder_norm/beta", None),
+        (r"(?:fc_)?norm\.weight", "encoder_norm/gamma", None),
+        (r"(?:fc_)?norm\.bias", "encoder_norm/beta", None),
+        (r"reg_token", "register_tokens/tokens", None),
+        (r"attn_pool\.latent", "attention_pool/probe", None),
+        (r"attn_pool\.(q|kv|proj)\.weight", "pool:kernel", _linear),
+        (r"attn_pool\.(q|kv|proj)\.bias", "pool:bias", None),
+        (r"attn_pool\.norm\.weight", "attention_pool/norm/gamma", None),
+        (r"attn_pool\.norm\.bias", "attention_pool/norm/beta", None),
+        (r"attn_pool\.mlp\.fc([12])\.weight", r"attention_pool/mlp/fc\1/kernel", _linear),
+        (r"attn_pool\.mlp\.fc([12])\.bias", r"attention_pool/mlp/fc\1/bias", None),
         (r"pre_logits\.fc\.weight", "pre_logits/kernel", _linear),
         (r"pre_logits\.fc\.bias", "pre_logits/bias", None),
         (r"head\.weight", "head/kernel", _linear),
@@ -77,7 +95,10 @@ def to_keras(tensors):
             match = pattern.match(name)
             if not match:
                 continue
-            if target.startswith("unit:"):
+            if target.startswith("pool:"):  # timm's q, kv and proj are keras_vit's query, key_value and out
+                layer = {"q": "query", "kv": "key_value", "proj": "out"}[match.group(1)]
+                path = f"attention_pool/{layer}/{target[5:]}"
+            elif target.startswith("unit:"):
                 stage, unit = int(match.group(1)) + 1, int(match.group(2)) + 1
                 path = f"resnet/block{stage}_unit{unit}/" + match.expand(target[5:])
             else:
@@ -92,12 +113,11 @@ def to_keras(tensors):
 def config_fields(tensors):
     """ViTConfig fields read off a timm state dict. timm does not store the head count: it is
     that of the paper's variant of the width (HEADS_BY_WIDTH; logged), None at other widths."""
-    for name, what in (("reg_token", "register tokens (reg_tokens)"), ("fc_norm.weight", "fc_norm")):
-        if name in tensors:
-            raise CheckpointError(
-                f"a timm ViT with {what} is not supported: keras_vit's ViT has no "
-                + ("register tokens." if name == "reg_token" else "LayerNorm after the pooling (global_pool='avg').")
-            )
+    for prefix, what in UNSUPPORTED:
+        if any(name.startswith(prefix) for name in tensors):
+            raise CheckpointError(f"a timm ViT with {what} is not supported yet (tensor {prefix}...).")
+    if "fc_norm.weight" in tensors and "norm.weight" in tensors:
+        raise CheckpointError("a timm ViT with both norm and fc_norm LayerNorms is not supported.")
     kernel = tensors["patch_embed.proj.weight"]  # (D, C, P, P)
     width = kernel.shape[0]
     if width in HEADS_BY_WIDTH:
@@ -110,7 +130,17 @@ def config_fields(tensors):
         channels=kernel.shape[1],
         num_layers=depth,
         mlp_dim=tensors["blocks.0.mlp.fc1.weight"].shape[0],
-        classifier="token" if "cls_token" in tensors else "gap",
+        # timm pools the mean of the patches where it normalises the pooled vector (fc_norm).
+        classifier=(
+            "map"
+            if "attn_pool.latent" in tensors
+            else "token"
+            if "cls_token" in tensors and "fc_norm.weight" not in tensors
+            else "gap"
+        ),
+        class_token="cls_token" in tensors,
+        num_register_tokens=tensors["reg_token"].shape[1] if "reg_token" in tensors else 0,
+        fc_norm="fc_norm.weight" in tensors,
         num_classes=tensors["head.bias"].shape[0] if "head.bias" in tensors else 0,
     )
     if "blocks.0.attn.qkv.bias" not in tensors:
@@ -135,5 +165,9 @@ def config_fields(tensors):
         fields["channels"] = tensors[root].shape[1]
         fields["resnet_numerics"] = "timm"
         stride = resnet_stride(len(stages))
+    if fields["classifier"] == "map" and tensors["attn_pool.latent"].shape[1] != 1:
+        raise CheckpointError("a timm attention-pool head with several latent queries is not supported.")
+    # The position embedding's class slot: absent from `no_embed_class` files (DINOv2 with
+    # registers, DeiT-3), where its value is folded into the class token.
     fields["image_size"] = image_size(tensors["pos_embed"].shape[1], fields, stride)
     return fields

@@ -1,6 +1,7 @@
 """Keras 3 layers of the Vision Transformer (backend-agnostic, all serialisable)."""
 
 from keras_vit.layers.attention import MultiHeadSelfAttention
+from keras_vit.layers.attention_pool import AttentionPool
 from keras_vit.layers.class_token import ClassToken
 from keras_vit.layers.drop_path import DropPath
 from keras_vit.layers.encoder_block import EncoderBlock
@@ -12,10 +13,12 @@ from keras_vit.layers.normalization import ImageNormalization
 from keras_vit.layers.patch_embedding import PatchEmbedding
 from keras_vit.layers.pooling import TokenPooling
 from keras_vit.layers.position_embedding import PositionEmbedding
+from keras_vit.layers.register_tokens import RegisterTokens
 from keras_vit.layers.resnet import BottleneckUnit, ResNetStem, StdConv2D
 from keras_vit.layers.token_grid import MergeTokenGrid, TokenGrid
 
 __all__ = [
+    "AttentionPool",
     "BottleneckUnit",
     "ClassToken",
     "DropPath",
@@ -29,6 +32,7 @@ __all__ = [
     "MultiHeadSelfAttention",
     "PatchEmbedding",
     "PositionEmbedding",
+    "RegisterTokens",
     "ResNetStem",
     "StdConv2D",
     "TokenGrid",
