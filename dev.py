@@ -4,12 +4,14 @@
     python3 dev.py demo    # set up, then the main job: train on digits, export SavedModel + int8 LiteRT
     python3 dev.py test    # set up, then ruff (lint + format check) and the test suite under TensorFlow, JAX, PyTorch
     python3 dev.py lint    # set up, then only ruff check and ruff format --check
+    python3 dev.py docs    # set up, then the API reference (pdoc) in build/api/index.html
     python3 dev.py setup   # only set up
 Extra arguments after `test` go to pytest (e.g. `python3 dev.py test -m slow`).
 """
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -19,7 +21,15 @@ ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
 PYTHON = BIN / "python"
-INPUTS = ("setup.cfg", "pyproject.toml", "requirements/constraints.txt", "requirements/no-deps.txt")
+INPUTS = ("setup.cfg", "pyproject.toml", "requirements/constraints.txt", "requirements/no-deps.txt", "cli/no-deps.txt")
+# The project's name on the package index until 0.2.0, which is another project's there.
+OLD_DISTRIBUTION = "keras-vit"
+# The API reference: the public API's modules, rendered from their docstrings by pdoc.
+API_DIR = ROOT / "build" / "api"
+API_MODULES = ("keras_vit", "keras_vit.training", "keras_vit.export", "keras_vit.benchmark")
+# Modules pdoc leaves out: the benchmark's child-process entry point and its torchvision
+# stand-in (importing the stand-in registers it as torchvision).
+API_EXCLUDED = ("!keras_vit.benchmark.torchvision_stub", "!keras_vit.benchmark.isolated")
 
 
 def run(*cmd, env=None):
@@ -39,6 +49,15 @@ def setup():
     if not PYTHON.exists():
         print(f"creating {VENV}", flush=True)
         venv.EnvBuilder(with_pip=True).create(VENV)
+    # A checkout installed as keras-vit (before 0.2.0) holds that editable install and its
+    # metadata folder: both would still answer for the old name beside the new one.
+    shutil.rmtree(ROOT / "keras_vit.egg-info", ignore_errors=True)
+    if (
+        PYTHON.exists()
+        and subprocess.call([PYTHON, "-m", "pip", "show", "-q", OLD_DISTRIBUTION], cwd=VENV, stderr=subprocess.DEVNULL)
+        == 0
+    ):
+        run(PYTHON, "-m", "pip", "uninstall", "--disable-pip-version-check", "-q", "-y", OLD_DISTRIBUTION)
     pip = [PYTHON, "-m", "pip", "install", "--disable-pip-version-check", "-q"]
     if run(*pip, "-c", "requirements/constraints.txt", "-e", ".[dev]") or run(
         *pip, "--no-deps", "-r", "requirements/no-deps.txt"
@@ -63,6 +82,21 @@ def lint():
     return run(BIN / "ruff", "check", ".") | run(BIN / "ruff", "format", "--check", ".")
 
 
+def docs():
+    """The API reference, from the docstrings of the public API, as HTML in build/api/ (git-ignored)."""
+    return run(
+        PYTHON,
+        "-m",
+        "pdoc",
+        "--no-show-source",
+        "-o",
+        API_DIR,
+        *API_MODULES,
+        *API_EXCLUDED,
+        env=backend_env("tensorflow"),
+    )
+
+
 def test(pytest_args):
     """ruff, then the whole suite under TensorFlow, then the backend-agnostic tests under JAX and
     PyTorch (all of them, whatever ruff says)."""
@@ -76,7 +110,7 @@ def test(pytest_args):
 
 
 def main(argv):
-    if not argv or argv[0] not in ("setup", "demo", "test", "lint"):
+    if not argv or argv[0] not in ("setup", "demo", "test", "lint", "docs"):
         print(__doc__)
         return 2
     setup()
@@ -105,6 +139,8 @@ def main(argv):
         return test(argv[1:])
     if argv[0] == "lint":
         return lint()
+    if argv[0] == "docs":
+        return docs()
     return 0
 
 

@@ -19,6 +19,7 @@ import threading
 from keras_vit_cli import (
     benchmark_command,
     convert_command,
+    doctor_command,
     export_command,
     inspect_command,
     presets_command,
@@ -38,6 +39,7 @@ COMMANDS = (
     visualize_command,
     inspect_command,
     benchmark_command,
+    doctor_command,
 )
 
 
@@ -62,7 +64,7 @@ _NATIVE_NOISE = re.compile(
 def installed_version():
     """The installed distribution's version, read without importing keras_vit (and Keras)."""
     try:
-        return importlib.metadata.version("keras-vit")
+        return importlib.metadata.version(doctor_command.DISTRIBUTION)
     except importlib.metadata.PackageNotFoundError:
         return "(not installed)"
 
@@ -151,6 +153,8 @@ def _run(args):
     TF_CPP_MIN_LOG_LEVEL. A command that works on one Keras backend only (`keras_backend`, or
     a function of the arguments giving it or None) gets it, with a note when the user's
     KERAS_BACKEND named another."""
+    if getattr(args, "standalone", False):  # reads package metadata only: no Keras, no TensorFlow
+        return args.run(args)
     backend = getattr(args, "keras_backend", None)
     if callable(backend):
         backend = backend(args)
@@ -217,7 +221,7 @@ def _not_installed(error):
     """One line for a missing optional package, naming the install that brings it."""
     package = (error.name or "").split(".")[0]
     extra = _EXTRAS.get(package)
-    hint = f"pip install 'keras-vit[{extra}]'" if extra else "install it"
+    hint = f"pip install '{doctor_command.DISTRIBUTION}[{extra}]'" if extra else "install it"
     what = "TensorFlow" if package == "tensorflow" else f"the Python package {package}"
     return f"this command needs {what}, which is not installed: {hint}."
 

@@ -112,7 +112,7 @@ def run(args):
 
         drawn = chart(result, Path(args.out).with_suffix(".png"))
     except ImportError:  # matplotlib comes with the inspect extra
-        print("no bar chart: matplotlib is not installed (pip install 'keras-vit[inspect]')")
+        print("no bar chart: matplotlib is not installed (pip install 'keras3-vit[inspect]')")
     else:
         if drawn:
             print(f"wrote {drawn}")

@@ -33,7 +33,7 @@ def saliency_maps(model, images, method="gradcam++", class_index=None, scorecam_
         from tf_keras_vis.scorecam import Scorecam
         from tf_keras_vis.utils.scores import CategoricalScore
     except ImportError:
-        raise ValueError("saliency maps need tf-keras-vis: pip install 'keras-vit[inspect]'.") from None
+        raise ValueError("saliency maps need tf-keras-vis: pip install 'keras3-vit[inspect]'.") from None
     images = np.asarray(images, dtype="float32")
     if hasattr(model, "config"):  # keras_vit's one-line message before tf-keras-vis's
         check_images(images.shape, model.config)

@@ -513,7 +513,7 @@ def test_a_command_that_needs_tensorflow_says_so_in_one_line_where_it_is_missing
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines()[-1] == (
         f"keras-vit {argv[0]}: error: this command needs TensorFlow, which is not installed: "
-        "pip install 'keras-vit[tensorflow]'."
+        "pip install 'keras3-vit[tensorflow]'."
     )
     assert "Traceback" not in done.stderr
 
