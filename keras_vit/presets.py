@@ -9,6 +9,7 @@ _S = dict(hidden_size=384, num_layers=12, num_heads=6, mlp_dim=1536)
 _B = dict(hidden_size=768, num_layers=12, num_heads=12, mlp_dim=3072)
 _L = dict(hidden_size=1024, num_layers=24, num_heads=16, mlp_dim=4096)
 _H = dict(hidden_size=1280, num_layers=32, num_heads=16, mlp_dim=5120)
+_G = dict(hidden_size=1408, num_layers=40, num_heads=16, mlp_dim=6144)  # Zhai et al. 2022, "Scaling ViTs"
 
 # name -> (description, ViTConfig fields). Parameter counts are at 224x224 with 1000 classes.
 PRESETS = {
@@ -22,6 +23,10 @@ PRESETS = {
     "vit_l16": ("ViT-L/16 (paper Table 1), 304.3M parameters", dict(_L, patch_size=16)),
     "vit_l32": ("ViT-L/32 (paper Table 1), 306.5M parameters", dict(_L, patch_size=32)),
     "vit_h14": ("ViT-H/14 (paper Table 1), 632.0M parameters", dict(_H, patch_size=14)),
+    "vit_g14": (
+        "ViT-g/14 (Zhai et al. 2022, timm's vit_giant_patch14_224), 1012.6M parameters",
+        dict(_G, patch_size=14),
+    ),
     "vit_r50_b16": (
         "R50+ViT-B/16 hybrid (paper section 3.1): BiT ResNet-50 stages (3, 4, 9), "
         "1x1 patches on its stride-16 map, 98.7M parameters",

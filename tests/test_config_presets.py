@@ -17,6 +17,7 @@ OFFICIAL_PARAMETER_COUNTS = {
     "vit_l16": 304_326_632,
     "vit_l32": 306_535_400,
     "vit_h14": 632_045_800,
+    "vit_g14": 1_012_611_432,  # timm's vit_giant_patch14_224 (5.3 GB to build under TensorFlow, 20 s)
     "vit_r50_b16": 98_659_112,
     # AugReg's hybrids: timm's vit_tiny_r_s16_p8_224, vit_small_r26_s32_224, vit_large_r50_s32_224
     "vit_r_ti16": 6_337_704,
