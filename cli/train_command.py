@@ -122,6 +122,23 @@ _FLAGS = {
             "the blocks' kernels Megatron-style)",
         ),
     ),
+    "--accumulate": (
+        "accumulate",
+        dict(
+            type=int,
+            metavar="N",
+            help="average the gradients of N batches into one optimizer step (effective batch: global batch x N; "
+            "the learning rate and --steps follow it; default 1)",
+        ),
+    ),
+    "--remat": (
+        "remat",
+        dict(
+            action="store_true",
+            default=None,
+            help="JAX: recompute each encoder block in the backward pass (less activation memory, more compute)",
+        ),
+    ),
     "--precision": ("precision", dict(choices=names.PRECISIONS, help="Keras dtype policy (default float32)")),
     "--steps-per-execution": (
         "steps_per_execution",

@@ -81,6 +81,10 @@ class TrainConfig:
     strategy: str = "auto"
     tpu: str | None = None
     model_parallel: int = 1  # JAX: devices per model replica (Megatron-style split of the blocks)
+    # Micro-batches whose gradients are averaged into one optimizer step: the effective batch is
+    # the global batch times this, and the learning rate and `steps` follow the effective batch.
+    accumulate: int = 1
+    remat: bool = False  # JAX: recompute each encoder block in the backward pass (less activation memory)
     precision: str = "float32"
     # XLA and steps per compiled call; None: XLA on GPUs, TPUs and JAX, off on TensorFlow CPUs
     # (see strategy.py), one step per call, except for digits on one device: XLA, several steps per call.
@@ -122,6 +126,11 @@ class TrainConfig:
             raise ValueError(f"checkpoint interval must be >= 0 seconds; got {self.checkpoint_interval}.")
         if self.model_parallel < 1:
             raise ValueError(f"model-parallel device count must be positive; got {self.model_parallel}.")
+        if self.accumulate < 1:
+            raise ValueError(f"accumulate (micro-batches per optimizer step) must be positive; got {self.accumulate}.")
+        if self.accumulate > 1 and self.ema is not None:
+            # Keras updates the moving average at every micro-batch, not at every optimizer step.
+            raise ValueError("ema and accumulate are one or the other: Keras would average every micro-batch.")
         for name in ("batch_size", "epochs", "global_batch_size"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{_spelled(name)} must be positive; got {getattr(self, name)}.")

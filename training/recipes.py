@@ -88,22 +88,27 @@ PROTOCOL_BATCH, PROTOCOL_WARMUP_STEPS, PROTOCOL_IMAGE_SIZE = 512, 500, 384
 
 
 def schedule(config, num_train, global_batch):
-    """`(steps_per_epoch, epochs)` of a resolved config: one pass over the training examples
-    per epoch, or with `steps`, epochs of equal length that add up to at least `steps` (at
-    most one step per epoch more)."""
-    natural = num_train // global_batch
+    """`(steps_per_epoch, epochs)` of a resolved config, in training steps (micro-batches of
+    `global_batch`; `config.accumulate` of them make one optimizer step): one pass over the
+    training examples per epoch, in whole optimizer steps, or with `steps` (optimizer steps),
+    epochs of equal length that add up to at least `steps` (at most one step per epoch more)."""
+    effective = global_batch * config.accumulate
+    natural = num_train // effective
     if natural < 1:
         shares = f"{config.validation_fraction:g} held out for evaluation"
         shares += f", {config.selection_fraction:g} of the rest for selection" if config.selection_fraction else ""
         held = "" if (config.dataset or "").startswith("tfds:") else f" (the data less {shares})"
+        batch = f"the global batch {global_batch}"
+        if config.accumulate > 1:
+            batch = f"the effective batch {effective} ({config.accumulate} accumulated micro-batches of {global_batch})"
         raise ValueError(
-            f"the global batch {global_batch} is larger than the {num_train} training examples{held}; lower the "
-            "batch size" + (" or the held-out shares." if held else ".")
+            f"{batch} is larger than the {num_train} training examples{held}; lower the batch size"
+            + (" or the held-out shares." if held else ".")
         )
     if config.steps is None:
-        return natural, config.epochs
+        return natural * config.accumulate, config.epochs
     epochs = math.ceil(config.steps / natural)
-    return math.ceil(config.steps / epochs), epochs
+    return math.ceil(config.steps / epochs) * config.accumulate, epochs
 
 
 def steps_per_call(requested, steps_per_epoch, fused, resumed_step=0):
@@ -133,11 +138,12 @@ def steps_per_call(requested, steps_per_epoch, fused, resumed_step=0):
 
 
 def peak_learning_rate(config, global_batch):
-    """`learning_rate` scaled from `base_batch_size` to the global batch: with the square root of
-    their ratio for AdamW (pretrain), linearly for SGD (finetune). Linear scaling took the
-    paper's 1e-3 at 4096 to 7.8e-6 at batch 32, where the digits model learned nothing in 40
-    epochs (18.9% held-out top-1; 8.8e-5 by the square root: 73.5%)."""
-    ratio = global_batch / config.base_batch_size
+    """`learning_rate` scaled from `base_batch_size` to the effective batch (the global batch
+    of a step times `accumulate`): with the square root of their ratio for AdamW (pretrain),
+    linearly for SGD (finetune). Linear scaling took the paper's 1e-3 at 4096 to 7.8e-6 at
+    batch 32, where the digits model learned nothing in 40 epochs (18.9% held-out top-1; 8.8e-5
+    by the square root: 73.5%)."""
+    ratio = global_batch * config.accumulate / config.base_batch_size
     return config.learning_rate * (math.sqrt(ratio) if config.recipe == "pretrain" else ratio)
 
 
@@ -151,8 +157,10 @@ def warmup_steps(config, total):
 
 def build_optimizer(config, steps_per_epoch, global_batch, epochs=None):
     """The optimizer of a resolved `TrainConfig`'s recipe, for `epochs` (default: the
-    config's) of `steps_per_epoch` steps."""
-    total = (epochs or config.epochs) * steps_per_epoch
+    config's) of `steps_per_epoch` training steps of `global_batch` examples; with
+    `accumulate` N, every N steps' gradients are averaged into one update (Keras's
+    `gradient_accumulation_steps`), and the schedule counts updates."""
+    total = (epochs or config.epochs) * steps_per_epoch // config.accumulate
     schedule = WarmupDecay(peak_learning_rate(config, global_batch), warmup_steps(config, total), total, config.decay)
     if config.recipe == "pretrain":
         optimizer = FusedAdamW(
@@ -161,7 +169,7 @@ def build_optimizer(config, steps_per_epoch, global_batch, epochs=None):
             beta_2=0.999,
             weight_decay=config.weight_decay,
             global_clipnorm=config.clip_norm,
-            **_ema(config),
+            **_averaging(config),
         )
         optimizer.exclude_from_weight_decay(var_names=NO_DECAY)
         return optimizer
@@ -170,13 +178,15 @@ def build_optimizer(config, steps_per_epoch, global_batch, epochs=None):
         momentum=0.9,
         global_clipnorm=config.clip_norm,
         weight_decay=config.weight_decay or None,
-        **_ema(config),
+        **_averaging(config),
     )
     if config.weight_decay:
         optimizer.exclude_from_weight_decay(var_names=NO_DECAY)
     return optimizer
 
 
-def _ema(config):
-    """Keras's moving average of the weights (`use_ema`), when the config asks for one."""
-    return dict(use_ema=True, ema_momentum=config.ema) if config.ema else {}
+def _averaging(config):
+    """Keras's gradient accumulation (`gradient_accumulation_steps`) and moving average of the
+    weights (`use_ema`), where the config asks for them."""
+    accumulation = dict(gradient_accumulation_steps=config.accumulate) if config.accumulate > 1 else {}
+    return {**accumulation, **(dict(use_ema=True, ema_momentum=config.ema) if config.ema else {})}

@@ -15,7 +15,7 @@ import yaml
 import keras_vit
 from keras_vit import names, progress, saving
 from keras_vit.checkpoints import known
-from keras_vit.training import datasets, multi_worker, pipeline, recipes
+from keras_vit.training import datasets, multi_worker, pipeline, recipes, remat
 from keras_vit.training.callbacks import AtomicCheckpoint, ResumeState, StopAfterEpoch, StopOnInterrupt, StopOnNaN
 from keras_vit.training.config import SPLIT_FIELDS, TrainConfig
 from keras_vit.training.strategy import agree, batch_multiple, make_placement, process_count, this_process_only
@@ -55,6 +55,8 @@ def fit(config, overwrite=False, verbose=None):
             f"{c.steps_per_execution} steps per execution need the TensorFlow or JAX backend; PyTorch trains one "
             "step per call."
         )
+    if c.remat:
+        remat.check_backend()
     # A bad preset, model field or checkpoint fails before the run directory is touched.
     # A run resumed (or finished) takes its architecture from its own checkpoint, and its weights
     # from its resume state: the checkpoint it started from may have moved or gone since.
@@ -147,16 +149,16 @@ def fit(config, overwrite=False, verbose=None):
     if jit_compile and not placement.supports_jit:
         logger.warning("keras_vit: XLA (jit_compile) is off for %s", placement.description)
     logger.info(
-        "keras_vit: training on %s, global batch %d, %s; %s, peak learning rate %.3g, %d epoch%s of %d step%s",
+        "keras_vit: training on %s, global batch %s, %s; %s, peak learning rate %.3g, %d epoch%s of %d step%s",
         placement.description,
-        global_batch,
-        _execution(model.jit_compile),
+        global_batch if c.accumulate == 1 else f"{global_batch * c.accumulate} ({c.accumulate} x {global_batch})",
+        _execution(model.jit_compile) + (", blocks rematerialised" if c.remat else ""),
         "AdamW" if c.recipe == "pretrain" else "SGD",
         recipes.peak_learning_rate(c, global_batch),
         epochs,
         "" if epochs == 1 else "s",
         steps_per_epoch,
-        "" if steps_per_epoch == 1 else "s",
+        ("" if steps_per_epoch == 1 else "s") + _updates(steps_per_epoch, c.accumulate),
     )
     _store_config(c)
     if chief:
@@ -519,6 +521,11 @@ def _global_batch(c, replicas):
     return c.global_batch_size
 
 
+def _updates(steps, accumulate):
+    """How many optimizer updates `steps` training steps make, in words, when they accumulate."""
+    return f" ({steps // accumulate} optimizer updates of {accumulate} accumulated)" if accumulate > 1 else ""
+
+
 def _execution(jit_compile):
     """How the backend runs the training step, in words."""
     backend = keras.backend.backend()
@@ -560,6 +567,8 @@ def _build_model(c, config, class_names, load_weights=True):
     model = keras_vit.ViT(config, dtype=dtype, class_names=class_names)
     if c.weights and load_weights:  # fine-tuning: the head by class names, position embeddings resampled
         keras_vit.load_weights(model, c.weights)
+    if c.remat:
+        remat.rematerialize_blocks(model)
     return model
 
 
@@ -588,7 +597,7 @@ def _run_changes(c, run_dir):
 
 
 # How a run executes, not what it computes: a run may resume with these changed.
-EXECUTION_FIELDS = ("jit_compile", "steps_per_execution", "checkpoint_interval", "run_dir")
+EXECUTION_FIELDS = ("jit_compile", "steps_per_execution", "checkpoint_interval", "run_dir", "remat")
 
 
 def _prepare_run_dir(c, overwrite):

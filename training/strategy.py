@@ -44,6 +44,8 @@ class Placement:
 def make_placement(config):
     if keras.backend.backend() == "jax":
         return _jax_placement(config)
+    if keras.backend.backend() == "torch":
+        _one_device_under_torch(config)
     if config.model_parallel > 1:
         raise ValueError("model parallel (--model-parallel) runs under the JAX backend (KERAS_BACKEND=jax).")
     if int(os.environ.get(PROCESS_VARIABLES["num_processes"], "1") or 1) > 1:
@@ -53,7 +55,7 @@ def make_placement(config):
         )
     import tensorflow as tf
 
-    name = config.strategy
+    name = "one_device" if keras.backend.backend() == "torch" else config.strategy
     # Physical devices: listing logical ones starts TensorFlow's context, after which
     # multi-worker collectives can no longer be configured.
     gpus = tf.config.list_physical_devices("GPU")
@@ -106,6 +108,23 @@ def make_placement(config):
         strategy = tf.distribute.TPUStrategy(resolver)
         return Placement(strategy, strategy.num_replicas_in_sync, f"TPU {config.tpu or ''}".strip())
     raise ValueError(f"unknown strategy {name!r}.")
+
+
+def _one_device_under_torch(config):
+    """Under PyTorch `train` runs on one device: several devices or processes are refused in
+    one line that names the backends that scale out."""
+    processes = int(os.environ.get(PROCESS_VARIABLES["num_processes"], "1") or 1)
+    several = [
+        *([f"--strategy {config.strategy}"] if config.strategy not in ("auto", "one_device") else []),
+        *([f"--model-parallel {config.model_parallel}"] if config.model_parallel > 1 else []),
+        *([f"--num-processes {processes}"] if processes > 1 else []),
+    ]
+    if several:
+        raise ValueError(
+            f"{' and '.join(several)}: the PyTorch backend trains on one device; scale out under JAX "
+            "(KERAS_BACKEND=jax: every device, --model-parallel, --num-processes) or TensorFlow "
+            "(--strategy mirrored, multi_worker with TF_CONFIG, tpu)."
+        )
 
 
 def _xla_beats_graph_on_cpu(config):
@@ -209,13 +228,16 @@ def _jax_placement(config):
     where = f"{len(devices)} {devices[0].platform} devices" + (f" in {processes} processes" if processes > 1 else "")
     ways = config.model_parallel
     if ways > 1:
-        if len(devices) % ways:
-            raise ValueError(f"--model-parallel {ways} needs a device count divisible by it; there are {len(devices)}.")
-        if processes > 1:
+        local = jax.local_device_count()
+        if local % ways:
+            holder = f"each process's {local} devices" if processes > 1 else f"the {local} devices"
             raise ValueError(
-                "model parallel runs within one process (the devices of one host); drop --model-parallel "
-                "or --num-processes."
+                f"--model-parallel {ways} must divide {holder} (a model replica lies within one process); "
+                f"choose one of {', '.join(str(d) for d in range(1, local + 1) if local % d == 0)}."
             )
+        # Each process's devices together: every row of the mesh (a model replica) lies within
+        # one process, and the batch axis runs over all of them.
+        devices = sorted(devices, key=lambda d: (d.process_index, d.id))
         mesh = keras.distribution.DeviceMesh((len(devices) // ways, ways), ("batch", "model"), devices)
         layout_map = ViT.get_layout_map(mesh, "model", "batch")
         keras.distribution.set_distribution(
