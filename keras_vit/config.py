@@ -15,6 +15,9 @@ from keras_vit.names import CLASSIFIERS, EVAL_CROP, INTERPOLATIONS, POSEMB_INTER
 # Official ViT inputs: pixels in [0, 255] mapped to [-1, 1], i.e. (x - 127.5) / 127.5.
 OFFICIAL_MEAN = (127.5, 127.5, 127.5)
 OFFICIAL_STD = (127.5, 127.5, 127.5)
+# ImageNet statistics (DeiT, DINOv2) in pixel units: 255 x (0.485, 0.456, 0.406) and (0.229, 0.224, 0.225).
+IMAGENET_MEAN = (123.675, 116.28, 103.53)
+IMAGENET_STD = (58.395, 57.12, 57.375)
 
 
 def _pair(value, name):
@@ -45,6 +48,8 @@ class ViTConfig:
             multi-head attention pooling of the patch tokens by a learned probe, SigLIP's head).
         class_token: whether a class token is prepended; None: when `classifier` is "token"
             (timm's DINOv2 and EVA-02 classifiers keep one and pool the mean of the patches).
+        no_embed_class: the position embedding covers the patches only and the class token gets
+            none (timm's `no_embed_class`: DeiT-3, DINOv2 with registers).
         num_register_tokens: learned register tokens (DINOv2 with registers), inserted after the
             class token once the position embedding is added: they get no position and are left
             out of pooling and of the patch maps.
@@ -85,6 +90,7 @@ class ViTConfig:
     num_classes: int = 1000
     classifier: str = "token"
     class_token: bool | None = None
+    no_embed_class: bool = False
     num_register_tokens: int = 0
     fc_norm: bool = False
     representation_size: int | None = None
@@ -212,8 +218,14 @@ class ViTConfig:
 
     @property
     def num_class_tokens(self):
-        """Tokens before the patches that have a position embedding slot: the class token."""
+        """Class tokens before the patches: 1 or 0."""
         return int(self.classifier == "token" if self.class_token is None else self.class_token)
+
+    @property
+    def num_position_prefix_tokens(self):
+        """Slots of the position embedding before the patches' (the class token's, unless
+        `no_embed_class`)."""
+        return 0 if self.no_embed_class else self.num_class_tokens
 
     @property
     def num_prefix_tokens(self):

@@ -364,7 +364,7 @@ class _Parts:
         self.patch_embedding = vit_layers.PatchEmbedding(c.hidden_size, c.patch_size, dtype=d, name="patch_embedding")
         self.class_token = vit_layers.ClassToken(dtype=d, name="class_token") if c.num_class_tokens else None
         self.position_embedding = vit_layers.PositionEmbedding(
-            c.grid_size, c.num_class_tokens, c.posemb_interpolation, dtype=d, name="position_embedding"
+            c.grid_size, c.num_position_prefix_tokens, c.posemb_interpolation, dtype=d, name="position_embedding"
         )
         self.register_tokens = (
             vit_layers.RegisterTokens(c.num_register_tokens, c.num_class_tokens, dtype=d, name="register_tokens")
@@ -424,8 +424,11 @@ class _Parts:
         )
 
     def encoder_layers(self):
-        layers = [self.normalization, self.resnet, self.patch_embedding, self.class_token]
-        layers += [self.position_embedding, self.register_tokens, self.embedding_dropout, *self.blocks]
+        tokens = [self.class_token, self.position_embedding]  # the embedding's class slot after the token
+        if self.config.no_embed_class:  # the embedding of the patches alone, before the class token
+            tokens.reverse()
+        layers = [self.normalization, self.resnet, self.patch_embedding, *tokens]
+        layers += [self.register_tokens, self.embedding_dropout, *self.blocks]
         return [layer for layer in layers if layer is not None]
 
     def encode(self, images, return_attention_scores=False):

@@ -37,6 +37,8 @@ def assign(model, weights, source, class_names=None):
         if name in weights and name in variables:
             weights[name] = _adapt_input_channels(weights[name], variables[name].shape[2], name, source)
 
+    if POSITION in weights and POSITION in variables:
+        weights[POSITION] = _fold_class_slot(model, weights, grid, notes)
     missing = sorted(set(variables) - set(weights))
     unexpected = sorted(set(weights) - set(variables))
     if missing:
@@ -64,6 +66,23 @@ def assign(model, weights, source, class_names=None):
 def export(model):
     """`{variable path: float32 array}` of every weight of `model`."""
     return {v.path: np.asarray(keras.ops.convert_to_numpy(v), dtype="float32") for v in model.weights}
+
+
+def _fold_class_slot(model, weights, grid, notes):
+    """The checkpoint's position embedding, without its class-token slot when the model gives
+    its class token none (`no_embed_class`): the slot is added to the class token in `weights`,
+    which meets the position embedding nowhere else, so the model computes what the
+    checkpoint's does."""
+    token, value = "class_token/token", np.asarray(weights[POSITION], "float32")
+    if model.config.no_embed_class is False or not model.config.num_class_tokens or token not in weights:
+        return value
+    value = value.reshape((1,) + value.shape[-2:])
+    patches = value.shape[1] - 1
+    if patches != (int(np.prod(grid)) if grid is not None else int(round(patches**0.5)) ** 2):
+        return value
+    weights[token] = np.asarray(weights[token], "float32").reshape(1, 1, -1) + value[:, :1]
+    notes.append("the position embedding's class-token slot added to the class token (the model gives it no slot)")
+    return value[:, 1:]
 
 
 def _position_embedding(layer, value, grid, source, notes):

@@ -1,11 +1,15 @@
-"""Hugging Face `ViTModel` / `ViTForImageClassification` checkpoints (PyTorch layouts).
+"""Hugging Face checkpoints (PyTorch layouts): `ViTModel` / `ViTForImageClassification`,
+`Dinov2Model` and `Dinov2WithRegistersModel`, and SigLIP's vision tower (`SiglipVisionModel`,
+the `vision_model` of `SiglipModel`, `SiglipForImageClassification`).
 
 Query, key and value are separate `(D, D)` Linear layers, concatenated into keras_vit's fused
-kernel; `pooler.dense` (Dense + tanh on the class token) is the pre-logits layer. The image
-processor's statistics (`preprocessor_config.json` beside `config.json`) become the model's
-`input_mean` and `input_std`.
+kernel; `pooler.dense` (Dense + tanh on the class token) is the pre-logits layer. SigLIP's
+attention-pool head keeps q, k and v in one `in_proj_weight`, split into the probe's query and
+the fused key/value. The image processor's statistics (`preprocessor_config.json` beside
+`config.json`) become the model's `input_mean` and `input_std`.
 """
 
+import logging
 import re
 from pathlib import Path
 
@@ -14,15 +18,37 @@ import numpy as np
 from keras_vit.checkpoints.files import CheckpointError, read_json
 from keras_vit.checkpoints.remap import Remap
 
+logger = logging.getLogger("keras_vit")
+
+
+# model_type of config.json -> the family's name in messages. SigLIP's full model (`siglip`)
+# holds the vision tower's settings under `vision_config`.
+MODEL_TYPES = {
+    "vit": "ViT",
+    "dinov2": "DINOv2",
+    "dinov2_with_registers": "DINOv2 with registers",
+    "siglip_vision_model": "SigLIP",
+    "siglip": "SigLIP",
+}
+_SIGLIP_PATCHES = "embeddings.patch_embedding.weight"
+# SigLIP's text tower and contrastive scale: not part of a vision model.
+_SIGLIP_TEXT = ("text_model.", "logit_scale", "logit_bias")
+
 
 def is_huggingface(tensors):
-    return any(k.endswith("embeddings.patch_embeddings.projection.weight") for k in tensors)
+    return any(k.endswith(("embeddings.patch_embeddings.projection.weight", _SIGLIP_PATCHES)) for k in tensors)
 
 
 def to_keras(tensors):
     """HF state dict -> {keras_vit variable path: array}."""
-    r = Remap({k[len("vit.") :] if k.startswith("vit.") else k: v for k, v in tensors.items()})
+    if any(k.endswith(_SIGLIP_PATCHES) for k in tensors):
+        return _siglip_to_keras(tensors)
+    prefixes = ("vit.", "dinov2.")
+    r = Remap({next((k[len(p) :] for p in prefixes if k.startswith(p)), k): v for k, v in tensors.items()})
     r.move("embeddings.cls_token", "class_token/token")
+    r.move("embeddings.register_tokens", "register_tokens/tokens")
+    if r.has("embeddings.mask_token"):  # DINOv2's masked-image training: no part of the model
+        r.pop("embeddings.mask_token")
     r.move("embeddings.position_embeddings", "position_embedding/embedding")
     r.move(
         "embeddings.patch_embeddings.projection.weight",
@@ -32,8 +58,12 @@ def to_keras(tensors):
     r.move("embeddings.patch_embeddings.projection.bias", "patch_embedding/projection/bias")
     for i in sorted({int(m.group(1)) for k in r.source if (m := re.match(r"encoder\.layer\.(\d+)\.", k))}):
         src, dst = f"encoder.layer.{i}.", f"block_{i}/"
-        r.move(f"{src}layernorm_before.weight", f"{dst}norm1/gamma")
-        r.move(f"{src}layernorm_before.bias", f"{dst}norm1/beta")
+        for norm, names in (("norm1", ("layernorm_before", "norm1")), ("norm2", ("layernorm_after", "norm2"))):
+            for name in names:  # ViT's names, DINOv2's
+                r.move(f"{src}{name}.weight", f"{dst}{norm}/gamma")
+                r.move(f"{src}{name}.bias", f"{dst}{norm}/beta")
+        for scale in ("1", "2"):  # DINOv2's LayerScale
+            r.move(f"{src}layer_scale{scale}.lambda1", f"{dst}scale{scale}/gamma")
         qkv = [f"{src}attention.attention.{n}" for n in ("query", "key", "value")]
         if r.has(*(f"{n}.weight" for n in qkv)):
             r.out[f"{dst}attention/qkv/kernel"] = np.concatenate([r.pop(f"{n}.weight").T for n in qkv], axis=1)
@@ -41,17 +71,63 @@ def to_keras(tensors):
             r.out[f"{dst}attention/qkv/bias"] = np.concatenate([r.pop(f"{n}.bias") for n in qkv])
         r.move(f"{src}attention.output.dense.weight", f"{dst}attention/out/kernel", np.transpose)
         r.move(f"{src}attention.output.dense.bias", f"{dst}attention/out/bias")
-        r.move(f"{src}layernorm_after.weight", f"{dst}norm2/gamma")
-        r.move(f"{src}layernorm_after.bias", f"{dst}norm2/beta")
-        r.move(f"{src}intermediate.dense.weight", f"{dst}mlp/fc1/kernel", np.transpose)
-        r.move(f"{src}intermediate.dense.bias", f"{dst}mlp/fc1/bias")
-        r.move(f"{src}output.dense.weight", f"{dst}mlp/fc2/kernel", np.transpose)
-        r.move(f"{src}output.dense.bias", f"{dst}mlp/fc2/bias")
+        for fc, names in (("fc1", ("intermediate.dense", "mlp.fc1")), ("fc2", ("output.dense", "mlp.fc2"))):
+            for name in names:  # ViT's names, DINOv2's
+                r.move(f"{src}{name}.weight", f"{dst}mlp/{fc}/kernel", np.transpose)
+                r.move(f"{src}{name}.bias", f"{dst}mlp/{fc}/bias")
     r.move("layernorm.weight", "encoder_norm/gamma")
     r.move("layernorm.bias", "encoder_norm/beta")
     r.move("pooler.dense.weight", "pre_logits/kernel", np.transpose)
     r.move("pooler.dense.bias", "pre_logits/bias")
     r.move("classifier.weight", "head/kernel", np.transpose)
+    r.move("classifier.bias", "head/bias")
+    return r.result()
+
+
+def _siglip_to_keras(tensors):
+    """SigLIP vision tower state dict -> {keras_vit variable path: array}."""
+    tensors = {k: v for k, v in tensors.items() if not k.startswith(_SIGLIP_TEXT)}
+    r = Remap({k.removeprefix("vision_model."): v for k, v in tensors.items()})
+    if r.has("classifier.weight"):  # SiglipForImageClassification: its classifier reads the mean token
+        for name in [k for k in r.source if k.startswith("head.")]:  # the unused attention head
+            r.pop(name)
+    r.move(_SIGLIP_PATCHES, "patch_embedding/projection/kernel", lambda w: w.transpose(2, 3, 1, 0))
+    r.move("embeddings.patch_embedding.bias", "patch_embedding/projection/bias")
+    r.move("embeddings.position_embedding.weight", "position_embedding/embedding", lambda w: w[None])
+    for i in sorted({int(m.group(1)) for k in r.source if (m := re.match(r"encoder\.layers\.(\d+)\.", k))}):
+        src, dst = f"encoder.layers.{i}.", f"block_{i}/"
+        for norm in ("1", "2"):
+            r.move(f"{src}layer_norm{norm}.weight", f"{dst}norm{norm}/gamma")
+            r.move(f"{src}layer_norm{norm}.bias", f"{dst}norm{norm}/beta")
+        qkv = [f"{src}self_attn.{n}_proj" for n in ("q", "k", "v")]
+        if r.has(*(f"{n}.weight" for n in qkv)):
+            r.out[f"{dst}attention/qkv/kernel"] = np.concatenate([r.pop(f"{n}.weight").T for n in qkv], axis=1)
+        if r.has(*(f"{n}.bias" for n in qkv)):
+            r.out[f"{dst}attention/qkv/bias"] = np.concatenate([r.pop(f"{n}.bias") for n in qkv])
+        r.move(f"{src}self_attn.out_proj.weight", f"{dst}attention/out/kernel", np.transpose)
+        r.move(f"{src}self_attn.out_proj.bias", f"{dst}attention/out/bias")
+        for fc in ("fc1", "fc2"):
+            r.move(f"{src}mlp.{fc}.weight", f"{dst}mlp/{fc}/kernel", np.transpose)
+            r.move(f"{src}mlp.{fc}.bias", f"{dst}mlp/{fc}/bias")
+    r.move("post_layernorm.weight", "encoder_norm/gamma")
+    r.move("post_layernorm.bias", "encoder_norm/beta")
+    pool = "attention_pool/"
+    r.move("head.probe", f"{pool}probe")
+    if r.has("head.attention.in_proj_weight"):  # (3D, D): [q; k; v] rows
+        w = r.pop("head.attention.in_proj_weight")
+        width = w.shape[1]
+        r.out[f"{pool}query/kernel"], r.out[f"{pool}key_value/kernel"] = w[:width].T, w[width:].T
+    if r.has("head.attention.in_proj_bias"):
+        b = r.pop("head.attention.in_proj_bias")
+        r.out[f"{pool}query/bias"], r.out[f"{pool}key_value/bias"] = b[: b.shape[0] // 3], b[b.shape[0] // 3 :]
+    r.move("head.attention.out_proj.weight", f"{pool}out/kernel", np.transpose)
+    r.move("head.attention.out_proj.bias", f"{pool}out/bias")
+    r.move("head.layernorm.weight", f"{pool}norm/gamma")
+    r.move("head.layernorm.bias", f"{pool}norm/beta")
+    for fc in ("fc1", "fc2"):
+        r.move(f"head.mlp.{fc}.weight", f"{pool}mlp/{fc}/kernel", np.transpose)
+        r.move(f"head.mlp.{fc}.bias", f"{pool}mlp/{fc}/bias")
+    r.move("classifier.weight", "head/kernel", np.transpose)  # SiglipForImageClassification
     r.move("classifier.bias", "head/bias")
     return r.result()
 
@@ -129,27 +205,59 @@ def config_fields(hf_config, tensors, processor=None):
     the image processor config, for the input statistics and transform)."""
     if hf_config is None:
         raise CheckpointError("a Hugging Face checkpoint needs its config.json beside the weights.")
-    if hf_config.get("model_type", "vit") != "vit":
-        raise CheckpointError(f"unsupported Hugging Face model_type {hf_config.get('model_type')!r}; expected 'vit'.")
+    model_type = hf_config.get("model_type", "vit")
+    if model_type not in MODEL_TYPES:
+        raise CheckpointError(
+            f"unsupported Hugging Face model_type {model_type!r}; keras_vit reads {', '.join(MODEL_TYPES)}."
+        )
+    if model_type == "siglip":
+        hf_config = {**hf_config.get("vision_config", {}), "model_type": "siglip_vision_model"}
+    if hf_config.get("use_swiglu_ffn"):
+        raise CheckpointError(f"a {MODEL_TYPES[model_type]} checkpoint with a SwiGLU MLP is not supported yet.")
     activation = hf_config.get("hidden_act", "gelu")
     if activation not in ("gelu", "gelu_new", "gelu_pytorch_tanh"):
         raise CheckpointError(f"unsupported hidden_act {activation!r}; keras_vit's MLP uses GELU.")
     heads = {k for k in tensors if k.endswith("classifier.bias")}
     num_classes = tensors[heads.pop()].shape[0] if heads else 0
     pooler = [k for k in tensors if k.endswith("pooler.dense.bias")]
+    fc1 = [v for k, v in tensors.items() if re.search(r"layers?\.0\.(intermediate\.dense|mlp\.fc1)\.weight$", k)]
+    family = {}
+    if model_type.startswith("dinov2"):
+        family = dict(
+            layer_scale_init=hf_config.get("layerscale_value", 1.0),
+            num_register_tokens=hf_config.get("num_register_tokens", 0),
+        )
+    elif model_type.startswith("siglip"):
+        # SigLIP has no class token: its vision model pools with its attention head, its image
+        # classifier (which keeps an unused attention head) with the mean of the tokens.
+        family = dict(classifier="map" if any(k.endswith("head.probe") for k in tensors) and not num_classes else "gap")
+    patch, size = hf_config.get("patch_size", 16), hf_config.get("image_size", 224)
+    if isinstance(size, int) and isinstance(patch, int) and size % patch:
+        # Transformers' patch convolution leaves the last pixels out (SigLIP So400m/14 at 384 sees 378).
+        logger.warning(
+            "keras_vit: config.json's image size %d is no multiple of its %d-pixel patches: the model sees %d pixels "
+            "(the same %dx%d grid), as the reference's patch convolution does",
+            size,
+            patch,
+            size // patch * patch,
+            size // patch,
+            size // patch,
+        )
+        size = size // patch * patch
     return dict(
         hidden_size=hf_config["hidden_size"],
         num_layers=hf_config["num_hidden_layers"],
         num_heads=hf_config["num_attention_heads"],
-        mlp_dim=hf_config["intermediate_size"],
-        image_size=hf_config.get("image_size", 224),
-        patch_size=hf_config.get("patch_size", 16),
+        mlp_dim=fc1[0].shape[0] if fc1 else hf_config["intermediate_size"],
+        image_size=size,
+        patch_size=patch,
         channels=hf_config.get("num_channels", 3),
         layer_norm_epsilon=hf_config.get("layer_norm_eps", 1e-12),
         gelu_approximate=activation != "gelu",
         qkv_bias=hf_config.get("qkv_bias", True),
         num_classes=num_classes,
         representation_size=tensors[pooler[0]].shape[0] if pooler else None,
+        **family,
         **input_statistics(processor),
         **input_transform(processor),
     )

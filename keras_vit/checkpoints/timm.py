@@ -169,5 +169,7 @@ def config_fields(tensors):
         raise CheckpointError("a timm attention-pool head with several latent queries is not supported.")
     # The position embedding's class slot: absent from `no_embed_class` files (DINOv2 with
     # registers, DeiT-3), where its value is folded into the class token.
-    fields["image_size"] = image_size(tensors["pos_embed"].shape[1], fields, stride)
+    tokens = tensors["pos_embed"].shape[1]
+    fields["no_embed_class"] = fields["class_token"] and int(round(tokens**0.5)) ** 2 == tokens
+    fields["image_size"] = image_size(tokens, fields, stride)
     return fields
