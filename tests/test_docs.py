@@ -203,3 +203,58 @@ def test_the_scaling_tables_are_current_and_count_every_parameter():
     for name, fields in (("vit_ti16", {}), ("vit_s16", {}), ("vit_ti16", dict(classifier="gap", mlp_dim=1000))):
         config = keras_vit.get_config(name, num_classes=1000, **fields)
         assert sum(parameter_counts(config)) == keras_vit.ViT(config).count_params(), fields
+
+
+def _make_figures():
+    sys.path.insert(0, str(ROOT / "docs"))
+    try:
+        import make_figures
+    finally:
+        sys.path.pop(0)
+    return make_figures
+
+
+def test_every_committed_figure_was_drawn_by_the_code_that_titles_it_now():
+    """docs/make_figures.py stamps each figure with a hash of the functions that draw its titles;
+    a figure whose stamp differs was drawn before that code changed (redraw it with the script:
+    `python docs/make_figures.py --run-dir RUN`, and `--benchmark RESULT.json` for the chart)."""
+    from PIL import Image
+
+    make_figures = _make_figures()
+    figures = sorted((ROOT / "docs" / "images").glob("*.png"))
+    assert len(figures) >= 7 and set(make_figures.TITLE_CODE) >= {f.name for f in figures}, figures
+    stale = []
+    for figure in figures:
+        with Image.open(figure) as image:
+            drawn_by = image.text.get(make_figures.TITLE_CODE_KEY)
+        if drawn_by != make_figures.title_code_hash(figure.name):
+            stale.append(f"{figure.name} (stamp {drawn_by})")
+    assert not stale, f"figures older than the code that titles them: {stale}"
+
+
+def test_the_figure_stamp_follows_code_not_comments(tmp_path):
+    """The stamp changes with the title-drawing code (the class-token title that outlived its fix)
+    and not with a comment, a docstring or the formatting."""
+    make_figures = _make_figures()
+    figure = "digits_class_token_attention.png"
+    (tmp_path / "keras_vit").mkdir()
+    source = (ROOT / "keras_vit" / "plot.py").read_text()
+    assert source.count('"the mean of the tokens" if mean_pooled else "the class token"') == 1
+    current = make_figures.title_code_hash(figure)
+
+    def stamp(text):
+        (tmp_path / "keras_vit" / "plot.py").write_text(text)
+        return make_figures.title_code_hash(figure, root=tmp_path)
+
+    assert stamp(source) == current
+    reworded = source.replace("Attention of {query} to each patch", "Attention of  {query} to each patch")
+    assert reworded != source and stamp(reworded) != current
+    old = source.replace('"the mean of the tokens" if mean_pooled else "the class token"', '"the class token"')
+    assert stamp(old) != current
+    commented = source.replace(
+        "    plt = _pyplot()\n    maps = np.asarray(maps)[:, image_index]\n",
+        "    plt = _pyplot()  # pyplot\n\n    maps = np.asarray(maps)[:, image_index]\n",
+    )
+    assert commented != source and stamp(commented) == current
+    documented = source.replace('"""Raw class-token attention per layer', '"""The raw attention per layer')
+    assert documented != source and stamp(documented) == current
