@@ -14,16 +14,18 @@ NO_DECAY = ["bias", "gamma", "beta", "token", "embedding"]
 @keras.saving.register_keras_serializable(package="keras_vit")
 class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
     """Linear warm-up from 0 to `peak` over `warmup_steps`, then cosine or linear decay to 0
-    at `total_steps`."""
+    at `total_steps`. With `accumulate` N the steps are optimizer updates of N accumulated
+    batches: Keras calls a schedule with its count of batches, which this divides by N."""
 
-    def __init__(self, peak, warmup_steps, total_steps, decay="cosine"):
+    def __init__(self, peak, warmup_steps, total_steps, decay="cosine", accumulate=1):
         self.peak = float(peak)
         self.warmup_steps = int(warmup_steps)
         self.total_steps = int(total_steps)
         self.decay = decay
+        self.accumulate = int(accumulate)
 
     def __call__(self, step):
-        step = keras.ops.cast(step, "float32")
+        step = keras.ops.cast(keras.ops.floor_divide(step, self.accumulate) if self.accumulate > 1 else step, "float32")
         warmup = self.peak * step / max(self.warmup_steps, 1)
         progress = keras.ops.clip((step - self.warmup_steps) / max(self.total_steps - self.warmup_steps, 1), 0.0, 1.0)
         if self.decay == "cosine":
@@ -38,6 +40,7 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
             "warmup_steps": self.warmup_steps,
             "total_steps": self.total_steps,
             "decay": self.decay,
+            **({"accumulate": self.accumulate} if self.accumulate > 1 else {}),
         }
 
 
@@ -161,7 +164,8 @@ def build_optimizer(config, steps_per_epoch, global_batch, epochs=None):
     `accumulate` N, every N steps' gradients are averaged into one update (Keras's
     `gradient_accumulation_steps`), and the schedule counts updates."""
     total = (epochs or config.epochs) * steps_per_epoch // config.accumulate
-    schedule = WarmupDecay(peak_learning_rate(config, global_batch), warmup_steps(config, total), total, config.decay)
+    peak = peak_learning_rate(config, global_batch)
+    schedule = WarmupDecay(peak, warmup_steps(config, total), total, config.decay, config.accumulate)
     if config.recipe == "pretrain":
         optimizer = FusedAdamW(
             schedule,

@@ -230,7 +230,7 @@ def _jax_placement(config):
     if ways > 1:
         local = jax.local_device_count()
         if local % ways:
-            holder = f"each process's {local} devices" if processes > 1 else f"the {local} devices"
+            holder = f"each process's {local} devices" if processes > 1 else f"the {local} device{'s' * (local > 1)}"
             raise ValueError(
                 f"--model-parallel {ways} must divide {holder} (a model replica lies within one process); "
                 f"choose one of {', '.join(str(d) for d in range(1, local + 1) if local % d == 0)}."
