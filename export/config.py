@@ -131,6 +131,7 @@ class ExportConfig:
         return bool(self.qat_epochs or self.prune or self.cluster)
 
     def to_dict(self):
+        """The options as plain YAML/JSON values (tuples become lists), accepted by `from_dict`."""
         return to_plain_dict(self)
 
     def write(self, directory):
@@ -143,6 +144,8 @@ class ExportConfig:
 
     @classmethod
     def from_dict(cls, values):
+        """The config of a dict of options (as `to_dict` gives); an unknown or ill-typed option is
+        a ValueError naming it."""
         try:
             check_fields(cls, values, "export option")
         except ValueError as error:

@@ -243,6 +243,8 @@ class ViTConfig:
 
     @classmethod
     def from_dict(cls, values):
+        """The config of a dict of fields (as `to_dict` gives); an unknown field is a ValueError
+        naming the closest one."""
         check_fields(cls, values, "ViTConfig field")
         return cls(**values)
 

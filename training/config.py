@@ -211,10 +211,13 @@ class TrainConfig:
         return c
 
     def to_dict(self):
+        """The options as plain YAML/JSON values (tuples become lists), accepted by `from_dict`."""
         return to_plain_dict(self)
 
     @classmethod
     def from_dict(cls, values):
+        """The config of a dict of options (as `to_dict` gives); an unknown option is a ValueError
+        naming the closest one."""
         check_fields(cls, values, "training option")
         return cls(**values)
 
