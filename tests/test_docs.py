@@ -258,3 +258,57 @@ def test_the_figure_stamp_follows_code_not_comments(tmp_path):
     assert commented != source and stamp(commented) == current
     documented = source.replace('"""Raw class-token attention per layer', '"""The raw attention per layer')
     assert documented != source and stamp(documented) == current
+
+
+_DATE = re.compile(r"\b20[0-9]{2}-[0-9]{2}-[0-9]{2}\b")
+# A commit hash: 7 to 40 hex digits with both a digit and a letter, as a word (the issue's
+# `[0-9a-f]{7,}` also matches numbers such as 1000000 and hex-letter words such as "defaced";
+# a hash of digits or of letters alone is rare enough to leave to review).
+_HASH = re.compile(r"\b(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b")
+
+
+def _machine_header_lines(page):
+    """Line numbers of benchmarks.md's machine headers: from a `### ` heading (one machine) to its
+    table."""
+    lines, inside = set(), False
+    for number, line in enumerate(page.read_text().splitlines(), 1):
+        if line.startswith("### "):
+            inside = True
+        elif line.startswith("|") or line.startswith("#"):
+            inside = False
+        if inside:
+            lines.add(number)
+    return lines
+
+
+def test_dates_and_commits_appear_only_in_the_benchmarks_machine_headers():
+    """The docs are a reference, not a lab notebook: a dated run or a commit belongs to the
+    CHANGELOG (not checked here) or to the machine header of docs/benchmarks.md that it measured."""
+    found = []
+    for page in PAGES:
+        allowed = _machine_header_lines(page) if page.name == "benchmarks.md" else set()
+        for number, line in enumerate(page.read_text().splitlines(), 1):
+            for match in [*_DATE.findall(line), *_HASH.findall(line)]:
+                if number not in allowed:
+                    found.append(f"{page.relative_to(ROOT)}:{number}: {match}")
+    assert not found, found
+    benchmarks = (ROOT / "docs" / "benchmarks.md").read_text()
+    assert _DATE.search(benchmarks) and _HASH.search(benchmarks)  # the check sees what it looks for
+    assert _HASH.findall("code of 997d194, 1000000 images, defaced") == ["997d194"]
+
+
+def test_the_performance_page_is_a_reference_of_at_most_150_lines():
+    page = (ROOT / "docs" / "performance.md").read_text()
+    assert len(page.splitlines()) <= 150
+    assert "## What bounds each figure" in page and "## Choices in the code" in page
+
+
+@pytest.mark.parametrize("page", ["models.md", "checkpoints.md", "training.md"])
+def test_reference_pages_hold_no_timings_and_link_to_the_benchmarks(page):
+    """Timings live in benchmarks.md (rates) and performance.md (the measurements behind a
+    choice); the reference pages link there."""
+    text = _FENCE.sub("", (ROOT / "docs" / page).read_text())
+    timings = re.findall(r"\b[0-9][0-9.,]*(?:-[0-9.]+)? ?(?:ms|images/s|GFLOP/s|TFLOP/s)\b", text)
+    timings += re.findall(r"\b[0-9][0-9.]*(?:-[0-9.]+)? ?s (?:instead|against|for|a step|per)\b", text)
+    assert not timings, timings
+    assert "](benchmarks.md" in text
