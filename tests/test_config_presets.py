@@ -24,6 +24,29 @@ OFFICIAL_PARAMETER_COUNTS = {
     "vit_r26_s32": 36_431_912,
     "vit_r50_l32": 328_994_856,
 }
+# timm's counts of the same architectures built without a head (num_classes=0), at the presets' sizes:
+# vit_{small,base,large}_patch14[_reg4]_dinov2 (518), vit_base_patch16_siglip_{224,256,384},
+# vit_so400m_patch14_siglip_{224,384} (the 384 model's 27x27 grid).
+FAMILY_PARAMETER_COUNTS = {
+    "dinov2_s14": 22_056_192,
+    "dinov2_b14": 86_579_712,
+    "dinov2_l14": 304_367_616,
+    "dinov2_s14_reg4": 22_057_344,
+    "dinov2_b14_reg4": 86_582_016,
+    "dinov2_l14_reg4": 304_370_688,
+    "siglip_b16_224": 92_884_224,
+    "siglip_b16_256": 92_930_304,
+    "siglip_b16_384": 93_176_064,
+    "siglip_so400m14_224": 427_680_704,
+    "siglip_so400m14_384": 428_225_600,
+}
+
+
+@pytest.mark.tensorflow_only  # the same layer code on every backend; TensorFlow builds these fastest
+@pytest.mark.parametrize("name", sorted(FAMILY_PARAMETER_COUNTS))
+def test_family_parameter_counts_equal_timms(name):
+    model = keras_vit.ViT.from_preset(name)  # at the preset's own size, headless as published
+    assert keras_vit.count_params(model) == FAMILY_PARAMETER_COUNTS[name]
 
 
 # The layers' weights are the same code on every backend: the four largest presets (10-15 s each

@@ -220,7 +220,11 @@ def config_fields(hf_config, tensors, processor=None):
     heads = {k for k in tensors if k.endswith("classifier.bias")}
     num_classes = tensors[heads.pop()].shape[0] if heads else 0
     pooler = [k for k in tensors if k.endswith("pooler.dense.bias")]
-    fc1 = [v for k, v in tensors.items() if re.search(r"layers?\.0\.(intermediate\.dense|mlp\.fc1)\.weight$", k)]
+    fc1 = [
+        v
+        for k, v in tensors.items()
+        if not k.startswith(_SIGLIP_TEXT) and re.search(r"layers?\.0\.(intermediate\.dense|mlp\.fc1)\.weight$", k)
+    ]
     family = {}
     if model_type.startswith("dinov2"):
         family = dict(

@@ -211,7 +211,10 @@ def from_keras(weights, num_heads):
                 key = f"block{stage}/unit{unit}/{parts[2]}/{param}"
             out[key] = value
         else:
-            raise CheckpointError(f"no official .npz name for variable {path!r}.")
+            raise CheckpointError(
+                f"the official .npz layout has no name for variable {path!r}: save this model as a .keras file "
+                "(model.save) instead."
+            )
     return out
 
 

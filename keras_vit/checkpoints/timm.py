@@ -19,8 +19,8 @@ HEADS_BY_WIDTH = {192: 3, 384: 6, 768: 12, 1024: 16, 1152: 16, 1280: 16, 1536: 2
 # Parts of timm ViTs that keras_vit's ViT has no layer for: (state-dict prefix, what it is).
 UNSUPPORTED = (
     ("blocks.0.mlp.fc1_g.", "a SwiGLU MLP"),
-    ("blocks.0.mlp.w12.", "a packed SwiGLU MLP (DINOv2 giant)"),
     ("blocks.0.mlp.norm.", "a LayerNorm inside the MLP"),
+    ("blocks.0.attn.q_bias", "query/value-only attention biases (EVA-02)"),
     ("blocks.0.attn.q_norm.", "query/key normalisation"),
     ("blocks.0.norm1_post", "post-norm blocks"),
     ("rope.", "rotary position embeddings"),
@@ -116,6 +116,9 @@ def config_fields(tensors):
     for prefix, what in UNSUPPORTED:
         if any(name.startswith(prefix) for name in tensors):
             raise CheckpointError(f"a timm ViT with {what} is not supported yet (tensor {prefix}...).")
+    fc1, fc2 = tensors.get("blocks.0.mlp.fc1.weight"), tensors.get("blocks.0.mlp.fc2.weight")
+    if fc1 is not None and fc2 is not None and fc1.shape[0] == 2 * fc2.shape[1]:
+        raise CheckpointError("a timm ViT with a packed SwiGLU MLP (EVA-02, DINOv2 giant) is not supported yet.")
     if "fc_norm.weight" in tensors and "norm.weight" in tensors:
         raise CheckpointError("a timm ViT with both norm and fc_norm LayerNorms is not supported.")
     kernel = tensors["patch_embed.proj.weight"]  # (D, C, P, P)

@@ -1,0 +1,191 @@
+"""The ViT families after the paper (DINOv2 with and without registers, SigLIP's attention-pool
+head): keras_vit computes what timm and Transformers compute from their own files.
+
+Reference models are built with random weights from a config (nothing downloaded), every tensor
+moved off its initial value, written in their native formats, and compared on real photos in
+float32. Headless models are compared on the pooled features the reference returns.
+"""
+
+import logging
+
+import keras
+import numpy as np
+import pytest
+from helpers import perturb, sample_photos, tiny_config
+
+import keras_vit
+from keras_vit.benchmark import torchvision_stub
+
+torch = pytest.importorskip("torch")
+torchvision_stub.install()  # before timm and transformers: see torchvision_stub.py
+timm = pytest.importorskip("timm")
+transformers = pytest.importorskip("transformers")
+TOLERANCE = 1e-4
+SMALL = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4)
+
+
+def perturbed(module, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=generator))
+    return module.eval()
+
+
+def reference_input(pixels, mean, std):
+    """[0, 255] NHWC pixels -> the reference's normalised NCHW input; `mean`, `std` in [0, 1] units."""
+    x = (pixels / 255.0 - np.asarray(mean)) / np.asarray(std)
+    return torch.from_numpy(x.astype("float32").transpose(0, 3, 1, 2).copy())
+
+
+def max_diff(model, expected, pixels):
+    return float(np.abs(keras.ops.convert_to_numpy(model(pixels)) - expected).max())
+
+
+# (timm architecture, its options shrunk to 2 blocks of width 192, the fields read off the file)
+TIMM_CASES = {
+    "dinov2_reg4": (
+        "vit_small_patch14_reg4_dinov2",
+        dict(img_size=224),
+        dict(classifier="token", num_register_tokens=4, no_embed_class=True, layer_scale_init=1e-5),
+    ),
+    "dinov2_avg_fc_norm": (
+        "vit_small_patch14_dinov2",
+        dict(img_size=224, global_pool="avg", num_classes=10),
+        dict(classifier="gap", class_token=True, fc_norm=True, num_classes=10),
+    ),
+    "siglip_map": ("vit_base_patch16_siglip_224", dict(num_classes=0), dict(classifier="map", class_token=False)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TIMM_CASES))
+def test_timm_files_of_the_new_families(tmp_path, case):
+    from safetensors.torch import save_file
+
+    name, options, fields = TIMM_CASES[case]
+    reference = perturbed(timm.create_model(name, pretrained=False, depth=2, embed_dim=192, num_heads=3, **options))
+    pixels = sample_photos(224)
+    cfg = reference.pretrained_cfg
+    with torch.no_grad():
+        expected = reference(reference_input(pixels, cfg["mean"], cfg["std"])).numpy()
+    save_file(reference.state_dict(), tmp_path / "model.safetensors")
+    statistics = dict(input_mean=tuple(255 * m for m in cfg["mean"]), input_std=tuple(255 * s for s in cfg["std"]))
+    model = keras_vit.ViT.from_checkpoint(tmp_path / "model.safetensors", **statistics)
+    for field, value in fields.items():
+        assert getattr(model.config, field) == value, field
+    assert keras_vit.count_params(model) == sum(p.numel() for p in reference.parameters())
+    assert max_diff(model, expected, pixels) <= TOLERANCE
+
+
+def _siglip_config(**extra):
+    return dict(vision_config=dict(**SMALL, intermediate_size=128, image_size=224, patch_size=16), **extra)
+
+
+# name -> (reference model, what the reference returns, fields read off the folder)
+HF_CASES = {
+    "Dinov2Model": (
+        lambda: transformers.Dinov2Model(transformers.Dinov2Config(**SMALL, image_size=224, patch_size=14)),
+        lambda model, x: model(pixel_values=x).pooler_output,
+        dict(classifier="token", layer_scale_init=1.0),
+    ),
+    "Dinov2WithRegistersModel": (
+        lambda: transformers.Dinov2WithRegistersModel(
+            transformers.Dinov2WithRegistersConfig(**SMALL, image_size=224, patch_size=14)
+        ),
+        lambda model, x: model(pixel_values=x).pooler_output,
+        dict(classifier="token", num_register_tokens=4),
+    ),
+    "SiglipVisionModel": (
+        lambda: transformers.SiglipVisionModel(
+            transformers.SiglipVisionConfig(**SMALL, intermediate_size=128, image_size=224, patch_size=16)
+        ),
+        lambda model, x: model(pixel_values=x).pooler_output,
+        dict(classifier="map", gelu_approximate=True, num_classes=0),
+    ),
+    "SiglipModel": (  # the vision tower of the image-text model; the text tower is left out
+        lambda: transformers.SiglipModel(transformers.SiglipConfig(**_siglip_config(text_config=dict(**SMALL)))),
+        lambda model, x: model.get_image_features(pixel_values=x).pooler_output,
+        dict(classifier="map", num_classes=0),
+    ),
+    "SiglipForImageClassification": (  # the mean of the tokens; its vision model's head is unused
+        lambda: transformers.SiglipForImageClassification(
+            transformers.SiglipConfig(**_siglip_config(text_config=dict(**SMALL), num_labels=5))
+        ),
+        lambda model, x: model(pixel_values=x).logits,
+        dict(classifier="gap", num_classes=5),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HF_CASES))
+def test_huggingface_folders_of_the_new_families(tmp_path, case):
+    build, run, fields = HF_CASES[case]
+    reference = perturbed(build())
+    reference.save_pretrained(tmp_path / "hf")
+    pixels = sample_photos(224)
+    with torch.no_grad():
+        expected = run(reference, reference_input(pixels, 0.5, 0.5)).numpy()
+    model = keras_vit.ViT.from_checkpoint(tmp_path / "hf")
+    for field, value in fields.items():
+        assert getattr(model.config, field) == value, field
+    assert max_diff(model, expected, pixels) <= TOLERANCE
+
+
+def test_a_class_slot_loads_into_a_model_without_one_by_folding_it_into_the_class_token(tmp_path, caplog):
+    """Transformers stores DINOv2-with-registers with a class slot, timm without (the preset's
+    way, `no_embed_class`): either loads into either, computing the same."""
+    reference = perturbed(
+        transformers.Dinov2WithRegistersModel(
+            transformers.Dinov2WithRegistersConfig(**SMALL, image_size=224, patch_size=14)
+        )
+    )
+    reference.save_pretrained(tmp_path / "hf")
+    pixels = sample_photos(224)
+    with torch.no_grad():
+        expected = reference(pixel_values=reference_input(pixels, 0.5, 0.5)).pooler_output.numpy()
+    small = dict(hidden_size=64, num_layers=2, num_heads=4, mlp_dim=256, image_size=224)
+    model = keras_vit.ViT.from_preset("dinov2_s14_reg4", **small, input_mean=(127.5,) * 3, input_std=(127.5,) * 3)
+    with caplog.at_level(logging.WARNING, logger="keras_vit"):
+        keras_vit.load_weights(model, tmp_path / "hf")
+    assert "class-token slot added to the class token" in caplog.text
+    assert model.get_layer("position_embedding").embedding.shape == (1, 256, 64)
+    assert max_diff(model, expected, pixels) <= TOLERANCE
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        dict(classifier="map", num_register_tokens=2),
+        dict(classifier="gap", class_token=True, fc_norm=True, num_register_tokens=3, no_embed_class=True),
+    ],
+    ids=["map_registers", "class_token_registers_fc_norm"],
+)
+def test_new_options_round_trip_through_keras_files_and_resizing(tmp_path, overrides):
+    model = perturb(keras_vit.ViT(tiny_config(**overrides)))
+    with pytest.raises(keras_vit.CheckpointError, match="register_tokens/tokens.*save this model as a .keras file"):
+        keras_vit.save_npz(model, tmp_path / "model.npz")
+    x = np.random.default_rng(0).uniform(0, 255, (2, 32, 32, 3)).astype("float32")
+    expected = keras.ops.convert_to_numpy(model(x))
+    model.save(tmp_path / "model.keras")
+    loaded = keras.saving.load_model(tmp_path / "model.keras", safe_mode=True)
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(loaded(x)), expected)
+    features = model.feature_model(blocks=(0, 1))
+    outputs = features(x)
+    assert outputs["block_1"].shape == (2, 4, 4, 64)  # registers and the class token left out of the maps
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(outputs["pooled"]).shape, (2, 64))
+    assert len(model.attention_probabilities(x)) == 2
+    bigger = model.resized(64)
+    assert bigger(np.zeros((1, 64, 64, 3), "float32")).shape == (1, 7)
+
+
+def test_checkpoints_of_parts_keras_vit_lacks_are_named_in_one_line(tmp_path):
+    from safetensors.torch import save_file
+
+    eva = timm.create_model("eva02_tiny_patch14_224", pretrained=False, depth=1)
+    save_file(eva.state_dict(), tmp_path / "eva.safetensors")
+    with pytest.raises(keras_vit.CheckpointError, match="not supported yet"):
+        keras_vit.ViT.from_checkpoint(tmp_path / "eva.safetensors")
+    config = transformers.Dinov2Config(**SMALL, image_size=28, patch_size=14, use_swiglu_ffn=True)
+    transformers.Dinov2Model(config).save_pretrained(tmp_path / "swiglu")
+    with pytest.raises(keras_vit.CheckpointError, match="SwiGLU MLP is not supported yet"):
+        keras_vit.ViT.from_checkpoint(tmp_path / "swiglu")
