@@ -153,6 +153,61 @@ print(json.dumps({{
     assert result["count"] == 7 and result["same_labels"] and result["probabilities"] <= 1e-5, result
 
 
+def test_accumulation_makes_the_whole_batch_step_over_data_and_model_parallel():
+    """Two accumulated micro-batches of 4 make the recipe's AdamW step of the batch of 8, with
+    the batch split over 4 devices (DataParallel) and over a 2 x 2 mesh (ModelParallel)."""
+    result = _python(
+        MODEL_SETUP
+        + """
+import jax
+from keras_vit.training import TrainConfig, recipes
+
+def optimizer(accumulate, batch):
+    config = TrainConfig(
+        dataset="x", accumulate=accumulate, learning_rate=1e-2, base_batch_size=8, warmup_fraction=0.0
+    ).resolved()
+    return recipes.build_optimizer(config, steps_per_epoch=accumulate, global_batch=batch, epochs=1)
+
+mesh = keras.distribution.DeviceMesh((2, 2), ("batch", "model"), jax.devices())
+distributions = {
+    "data": keras.distribution.DataParallel(devices=jax.devices()),
+    "model": keras.distribution.ModelParallel(layout_map=ViT.get_layout_map(mesh), batch_dim_name="batch"),
+}
+# Off the initial values (a zero head would leave the blocks without gradients).
+noise = np.random.RandomState(2)
+perturbed = {k: (v + 0.05 * noise.standard_normal(v.shape)).astype(v.dtype) for k, v in initial.items()}
+out = {}
+for name, distribution in distributions.items():
+    with distribution.scope():
+        weights = []
+        for accumulate, batch in ((2, 4), (1, 8)):
+            model = build()
+            for v in model.weights:
+                v.assign(perturbed[v.path])
+            model.compile(optimizer=optimizer(accumulate, batch), loss=keras.losses.MeanSquaredError())
+            for first in range(0, 8, batch):
+                model.train_on_batch(images[first : first + batch], labels[first : first + batch])
+            weights.append({v.path: keras.ops.convert_to_numpy(v.value) for v in model.weights})
+        moved = max(float(np.abs(weights[1][k] - perturbed[k]).max()) for k in perturbed)
+        out[name] = [difference(model, weights[0]), moved]
+print(json.dumps(out))
+""",
+        4,
+    )
+    for name, (difference, moved) in result.items():
+        assert moved > 5e-3 and difference <= 1e-5, (name, result)
+
+
+def test_train_accumulates_and_rematerialises_on_a_model_parallel_mesh(tmp_path):
+    """`train --accumulate 2 --remat --model-parallel 2` on 4 devices: micro-batches of 64,
+    optimizer steps of 128, blocks rematerialised, every held-out digit counted once."""
+    (job,) = _train(tmp_path, tmp_path / "run", 4, extra=("--accumulate", "2", "--remat", "--model-parallel", "2"))
+    ((out, err),) = _finish([job])
+    assert "mesh 2 x 2 (batch x model), global batch 128 (2 x 64), XLA, blocks rematerialised" in err, err[-2000:]
+    assert "2 epochs of 22 steps (11 optimizer updates of 2 accumulated)" in err
+    assert json.loads(out.splitlines()[-1])["num_examples"] == 359
+
+
 def _free_port():
     with socket.socket() as s:
         s.bind(("localhost", 0))
@@ -191,12 +246,26 @@ def _weights(path):
     return {v.path: keras.ops.convert_to_numpy(v.value) for v in model.weights}
 
 
-def test_two_processes_train_as_one_four_device_job(tmp_path):
+# Model parallel over processes: each process holds one replica split over its 2 devices, the
+# batch axis runs over the processes (a 2 x 2 mesh). Slow (about 70 s on 2 cores), as is its resume.
+PROCESS_MESHES = [
+    pytest.param((), "DataParallel over 4 cpu devices in 2 processes", id="data"),
+    pytest.param(
+        ("--model-parallel", "2"),
+        "ModelParallel over 4 cpu devices in 2 processes, mesh 2 x 2 (batch x model)",
+        id="model",
+        marks=pytest.mark.slow,
+    ),
+]
+
+
+@pytest.mark.parametrize("flags, placement", PROCESS_MESHES)
+def test_two_processes_train_as_one_four_device_job(flags, placement, tmp_path):
     """Two processes of two devices each (Gloo on localhost) end with the weights and the
     evaluation of one process with four devices; only process 0 writes the run directory."""
     together, alone = tmp_path / "processes", tmp_path / "one"
-    outputs = _finish(_train(tmp_path, together, 2, processes=2) + _train(tmp_path, alone, 4))
-    assert "DataParallel over 4 cpu devices in 2 processes" in outputs[0][1]
+    outputs = _finish(_train(tmp_path, together, 2, processes=2, extra=flags) + _train(tmp_path, alone, 4, extra=flags))
+    assert placement in outputs[0][1]
     # process 1 reports nothing (Gloo's own connection lines aside)
     assert all(line.startswith("[Gloo]") for line in outputs[1][0].splitlines()), outputs[1][0][-2000:]
     first, second = json.loads(outputs[0][0].splitlines()[-1]), json.loads(outputs[2][0].splitlines()[-1])
@@ -207,11 +276,12 @@ def test_two_processes_train_as_one_four_device_job(tmp_path):
     assert not list(together.glob("worker_*"))  # process 1's resume state is gone at the end
 
 
-def test_processes_resume_after_one_is_killed(tmp_path):
+@pytest.mark.parametrize("flags, placement", PROCESS_MESHES)
+def test_processes_resume_after_one_is_killed(flags, placement, tmp_path):
     """SIGKILL one process after its first epoch; the job, started again, goes on from the
     last saved epoch instead of starting over."""
     run_dir = tmp_path / "run"
-    extra = ("--epochs", "6")
+    extra = ("--epochs", "6", *flags)
     jobs = _train(tmp_path, run_dir, 2, processes=2, extra=extra)
     log = run_dir / "log.csv"
     deadline = time.monotonic() + 300
@@ -225,6 +295,7 @@ def test_processes_resume_after_one_is_killed(tmp_path):
     done_before = len(log.read_text().splitlines()) - 1
     assert done_before < 6
     outputs = _finish(_train(tmp_path, run_dir, 2, processes=2, extra=extra))
+    assert placement in outputs[0][1] and "resuming after epoch" in outputs[0][1]
     with log.open(newline="") as file:
         epochs = [int(row["epoch"]) for row in csv.DictReader(file)]
     # Each epoch once (resumed, not restarted); a kill between an epoch's resume state and its
