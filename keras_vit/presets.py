@@ -82,7 +82,10 @@ PRESETS = {
         "DINOv2 ViT-L/14 with 4 register tokens, backbone at 518, 304.4M parameters",
         dict(_L, **_DINOV2, num_register_tokens=4, no_embed_class=True),
     ),
-    "siglip_b16_224": ("SigLIP / SigLIP 2 B/16 image tower at 224, 92.9M parameters", dict(_B, **_SIGLIP, patch_size=16)),
+    "siglip_b16_224": (
+        "SigLIP / SigLIP 2 B/16 image tower at 224, 92.9M parameters",
+        dict(_B, **_SIGLIP, patch_size=16, image_size=224),
+    ),
     "siglip_b16_256": (
         "SigLIP / SigLIP 2 B/16 image tower at 256, 92.9M parameters",
         dict(_B, **_SIGLIP, patch_size=16, image_size=256),

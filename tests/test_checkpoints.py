@@ -638,7 +638,7 @@ def test_timm_variants_load_or_are_named(tmp_path):
     for extra, message in (
         ({"blocks.0.attn.q_bias": np.zeros(192, "float32")}, "query/value-only attention biases"),
         ({"blocks.0.mlp.fc2.weight": np.zeros((192, 64), "float32")}, "a packed SwiGLU MLP"),
-        ({"fc_norm.weight": np.ones(192, "float32"), "fc_norm.bias": np.zeros(192, "float32")}, "both norm and fc_norm"),
+        ({"fc_norm.weight": np.ones(192, "float32"), "fc_norm.bias": np.zeros(192, "float32")}, "both norm and"),
     ):
         _write_safetensors(tmp_path / "variant.safetensors", {**state, **extra})
         with pytest.raises(CheckpointError, match=f"a timm ViT with {message}.* is not supported"):
