@@ -2,6 +2,7 @@ import configparser
 import importlib
 import os
 import platform
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -116,3 +117,83 @@ def test_xdist_groups_keep_their_tests_on_one_worker(tmp_path):
     assert result.returncode == 0, result.stdout[-2000:]
     assert "18 passed" in result.stdout
     assert len((tmp_path / "setups.txt").read_text().split()) == 1
+
+
+def _setup_cfg():
+    options = configparser.ConfigParser()
+    options.read(ROOT / "setup.cfg")
+    return options
+
+
+def _code_files():
+    for folder in ("keras_vit", "cli", "training", "export", "benchmark"):
+        yield from (ROOT / folder).rglob("*.py")
+
+
+def test_one_distribution_name_in_setup_cfg_the_command_and_every_install_hint():
+    """The package index's `keras-vit` is another project: every `pip install 'NAME[extra]'` the
+    code prints, `keras-vit --version` and `doctor` name this one's, as setup.cfg does."""
+    from keras_vit_cli import doctor_command
+
+    name = _setup_cfg()["metadata"]["name"]
+    assert name == doctor_command.DISTRIBUTION == "keras3-vit"
+    hints = []
+    for path in _code_files():
+        hints += [(path.name, n) for n in re.findall(r"pip install ['\"]?([A-Za-z0-9_.{}-]+)\[", path.read_text())]
+    assert hints and all(n in (name, "{DISTRIBUTION}", "{doctor_command.DISTRIBUTION}") for _, n in hints), hints
+    readme = (ROOT / "README.md").read_text()
+    assert f'pip install "{name}[' in readme and 'pip install "keras-vit[' not in readme
+
+
+def test_the_no_deps_pins_ship_in_the_package_and_agree_with_the_hints():
+    """`keras-vit doctor --install-optional` reads cli/no-deps.txt (package data); the checkout's
+    requirements/no-deps.txt includes it, and the one-line hints of export pin the same versions."""
+    from keras_vit_cli import doctor_command
+
+    options = _setup_cfg()
+    assert "no-deps.txt" in options["options.package_data"]["keras_vit_cli"]
+    pins = dict(line.split("==") for line in doctor_command.no_deps_requirements())
+    assert set(pins) == {"tf-keras", "tensorflow-model-optimization", "tensorflow-serving-api"}
+    assert "-r ../cli/no-deps.txt" in (ROOT / "requirements" / "no-deps.txt").read_text().splitlines()
+    hints = (ROOT / "export" / "tfmot_bridge.py").read_text() + (ROOT / "export" / "serving.py").read_text()
+    for name, version in pins.items():
+        assert f"{name}=={version}" in hints, name
+
+
+def test_licence_urls_and_changelog_versions():
+    metadata = _setup_cfg()["metadata"]
+    assert metadata["license"] == "Apache-2.0" and metadata["license_files"] == "LICENSE"
+    licence = (ROOT / "LICENSE").read_text()
+    assert "Apache License" in licence and "Version 2.0, January 2004" in licence and "END OF TERMS" in licence
+    urls = dict(line.split(" = ") for line in metadata["project_urls"].strip().splitlines())
+    assert {"Source", "Documentation", "Changelog", "Issues"} <= set(urls)
+    assert urls["Issues"] in (ROOT / "README.md").read_text()  # the README's Help points to the tracker
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    sections = re.findall(r"^## \[([^\]]+)\](?: - (\d{4}-\d{2}-\d{2}))?$", changelog, re.MULTILINE)
+    version = re.search(r'__version__ = "([^"]+)"', (ROOT / "keras_vit" / "__init__.py").read_text()).group(1)
+    assert sections[0] == ("Unreleased", "") and sections[1][0] == version and sections[1][1], sections
+    assert all(re.fullmatch(r"\d+\.\d+\.\d+", v) and date for v, date in sections[1:]), sections
+    for kind in re.findall(r"^### (.+)$", changelog, re.MULTILINE):
+        assert kind in ("Added", "Changed", "Deprecated", "Removed", "Fixed", "Security"), kind
+
+
+def test_doctor_reads_metadata_only_and_installs_the_shipped_list(monkeypatch, capsys):
+    """`keras-vit doctor` imports neither Keras nor TensorFlow; `--install-optional` runs pip
+    without dependencies on the list shipped in the package."""
+    code = (
+        "import sys; from keras_vit_cli import main; status = main(['doctor']); "
+        "print('loaded:', sorted(m for m in ('keras', 'tensorflow', 'keras_vit') if m in sys.modules)); "
+        "sys.exit(status)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert "loaded: []" in done.stdout and done.stdout.startswith("keras3-vit "), done.stdout
+    assert "tf-keras:" in done.stdout and "Keras backends:" in done.stdout
+
+    from keras_vit_cli import doctor_command, main
+
+    calls = []
+    monkeypatch.setattr(doctor_command.subprocess, "call", lambda command: calls.append(command) or 0)
+    assert main(["doctor", "--install-optional"]) == 0
+    (command,) = calls
+    assert command[:6] == [sys.executable, "-m", "pip", "install", "--no-deps", "-r"]
+    assert Path(command[6]).name == "no-deps.txt" and "tf-keras==" in Path(command[6]).read_text()
