@@ -59,7 +59,7 @@ def run(args):
             inspect.class_token_attention(model, pixels),
             out / f"class_token_attention.{ext}",
             image_name=image_names[0],
-            mean_pooled=model.config.classifier == "gap",
+            mean_pooled=model.config.classifier != "token",
         ),
     ]
     for path in written:

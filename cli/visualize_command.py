@@ -60,7 +60,7 @@ def run(args):
         maps = inspect.class_token_attention(model, pixels)
         outs = [_numbered(args.out, i, len(pixels)) for i in range(len(pixels))]
         for i, out in enumerate(outs):
-            plot.class_token_attention(maps, out, i, image_names[i], model.config.classifier == "gap")
+            plot.class_token_attention(maps, out, i, image_names[i], model.config.classifier != "token")
     else:
         if args.method == "rollout":
             maps, title = inspect.rollout_maps(model, pixels), "attention rollout"

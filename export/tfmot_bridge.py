@@ -185,12 +185,30 @@ def _layers():
     )
 
 
+def _check_rebuilt(config):
+    """Raises an `ExportError` naming the first option of `config` the tf_keras rebuild lacks."""
+    missing = [
+        (config.num_register_tokens, "register tokens"),
+        (config.classifier == "map", "the attention-pool (map) head"),
+        (config.fc_norm, "a LayerNorm after the pooling (fc_norm)"),
+        (config.no_embed_class, "a class token without a position slot (no_embed_class)"),
+        (config.num_class_tokens != (config.classifier == "token"), "a class token beside mean pooling"),
+    ]
+    for present, what in missing:
+        if present:
+            raise ExportError(
+                f"QAT, pruning and clustering (tfmot) cover the paper's ViT; this model has {what}, which their "
+                "tf_keras rebuild lacks: export it without --qat-epochs, --prune and --cluster."
+            )
+
+
 def build_tf_keras(config):
     """A tf_keras functional ViT of `config` and its weight map: tf_keras layer name ->
     keras_vit weight paths, in the layer's weight order. A hybrid's ResNet convolutions are
     plain Conv2D layers that take the standardised kernels (`to_tf_keras`)."""
     import tf_keras
 
+    _check_rebuilt(config)
     L = _layers()
     c, weights = config, {}
 

@@ -45,27 +45,31 @@ def upsample(maps, size):
 
 def rollout_maps(model, images):
     """Attention-rollout heat maps `(batch, H, W)` in [0, 1]: the class token's row of the
-    rollout, or for a mean-pooled model (`classifier="gap"`) the mean of the patch rows, the
-    rollout of the pooled output."""
+    rollout, or for a model that pools the patches (`classifier="gap"` or `"map"`) the mean of
+    the patch rows; register tokens are left out of the maps."""
     config = model.config
     rollout = attention_rollout(model.attention_probabilities(images))
-    rows = _readout_rows(rollout, config.num_prefix_tokens)
+    rows = _readout_rows(rollout, config)
     return _unit(upsample(class_token_map(rows, config.grid_size, config.num_prefix_tokens), config.image_size))
 
 
 def class_token_attention(model, images):
-    """Raw attention of the class token to every patch (for `classifier="gap"`, the mean of the
-    patch tokens' attention): `(layers, batch, heads, rows, cols)`."""
+    """Raw attention of the class token to every patch (for `classifier="gap"` or `"map"`, the
+    mean of the patch tokens' attention): `(layers, batch, heads, rows, cols)`."""
     config = model.config
     probs = np.stack(model.attention_probabilities(images))
-    return class_token_map(_readout_rows(probs, config.num_prefix_tokens), config.grid_size, config.num_prefix_tokens)
+    return class_token_map(_readout_rows(probs, config), config.grid_size, config.num_prefix_tokens)
 
 
-def _readout_rows(matrix, num_prefix_tokens):
+def _readout_rows(matrix, config):
     """The rows `(..., tokens)` of `(..., tokens, tokens)` that the head reads: the class
-    token's, or the mean over all tokens when the model pools them."""
+    token's, or the mean over the patch tokens' rows when the model pools the patches (by their
+    mean, or by an attention-pool head, whose probe is outside these matrices); register tokens
+    are no readout."""
     matrix = np.asarray(matrix)
-    return matrix[..., 0, :] if num_prefix_tokens else matrix.mean(axis=-2)
+    return (
+        matrix[..., 0, :] if config.classifier == "token" else matrix[..., config.num_prefix_tokens :, :].mean(axis=-2)
+    )
 
 
 def mean_attention_distance(attentions, grid_size, patch_size, num_prefix_tokens=1):

@@ -242,6 +242,36 @@ def test_hybrid_resnet_stem_exports_in_every_calibrated_mode():
         assert np.mean(probabilities.argmax(-1) == expected.argmax(-1)) >= 0.75, mode
 
 
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        dict(num_register_tokens=4, no_embed_class=True, layer_scale_init=1e-5),  # DINOv2 with registers
+        dict(classifier="map", gelu_approximate=True),  # SigLIP
+    ],
+    ids=["dinov2_registers", "siglip_map"],
+)
+def test_new_families_export_builtin_only_litert_files_that_agree(overrides):
+    """Registers, the class token without a position slot and the attention-pool head convert to
+    builtin ops only, float32 and int8-mixed, and the files compute the Keras model's outputs."""
+    from keras_vit.export import LiteRTModel, check_ops, litert
+
+    keras.utils.set_random_seed(0)
+    config = tiny_config(**overrides)
+    model = perturb(keras_vit.ViT(config), scale=0.2)
+    calibration, x = images(batch=16, size=config.image_size, seed=1), images(batch=8, size=config.image_size, seed=2)
+    expected = keras.ops.convert_to_numpy(keras.ops.softmax(model(x)))
+    assert expected.max() > 2 / config.num_classes  # not uniform: agreement means something
+    for mode, bar in {"float32": 1e-5, "int8-mixed": 0.1}.items():
+        model_bytes = litert.convert(litert.keras_module(model), mode, calibration)
+        check_ops(model_bytes, mode)  # raises on Flex or custom ops
+        probabilities = LiteRTModel(model_bytes).predict(x)
+        assert np.abs(probabilities - expected).max() < bar, mode
+    from keras_vit.export import ExportError, tfmot_bridge
+
+    with pytest.raises(ExportError, match="tf_keras rebuild lacks: export it without --qat-epochs"):
+        tfmot_bridge.build_tf_keras(config)
+
+
 def test_hybrid_through_the_tfmot_bridge(source):
     """In the tfmot bridge the hybrid's ResNet is plain Conv2D layers on the standardised kernels
     and a centred GroupNorm: the rebuild computes the model's logits; QAT's int8 file (integer

@@ -174,6 +174,11 @@ def test_new_options_round_trip_through_keras_files_and_resizing(tmp_path, overr
     assert outputs["block_1"].shape == (2, 4, 4, 64)  # registers and the class token left out of the maps
     np.testing.assert_allclose(keras.ops.convert_to_numpy(outputs["pooled"]).shape, (2, 64))
     assert len(model.attention_probabilities(x)) == 2
+    from keras_vit import inspect
+
+    maps = inspect.class_token_attention(model, x)  # the readout's attention to the patches alone
+    assert maps.shape == (2, 2, 4, 4, 4) and np.isfinite(maps).all()
+    assert inspect.rollout_maps(model, x).shape == (2, 32, 32)
     bigger = model.resized(64)
     assert bigger(np.zeros((1, 64, 64, 3), "float32")).shape == (1, 7)
 
