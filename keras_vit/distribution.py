@@ -50,17 +50,20 @@ def check_model_parallel(config, ways):
             )
 
 
-def training_memory(config, batch_per_device, model_parallel=1):
+def training_memory(config, batch_per_device, model_parallel=1, remat=False, precision="float32"):
     """Estimated bytes per device to train `config` (a plain, non-hybrid `ViTConfig`) with
-    AdamW in float32, without rematerialisation: `{"state": ..., "activations": ...}`.
+    AdamW: `{"state": ..., "activations": ...}`.
 
-    State: weights, gradients and AdamW's two moments, 16 bytes per parameter; the blocks'
-    split kernels (see `SHARDED`) count 1/`model_parallel`. Activations: what the backward pass
-    keeps per example, 4 bytes per element: per block the two LayerNorms' inputs and outputs
-    (4 x tokens x width, replicated), q, k, v and the attention context (4 x tokens x width),
-    the MLP's two hidden activations (2 x tokens x mlp_dim) and the attention probabilities
-    (heads x tokens^2), the last three split over the model axis; plus the image and the patch
-    embeddings."""
+    State: weights, gradients and AdamW's two moments, 16 bytes per parameter (float32
+    variables under every precision); the blocks' split kernels (see `SHARDED`) count
+    1/`model_parallel`. Activations: what the backward pass keeps per example, 4 bytes per
+    element (2 under a mixed `precision`, "mixed_bfloat16" or "mixed_float16"): per block the
+    two LayerNorms' inputs and outputs (4 x tokens x width, replicated), q, k, v and the
+    attention context (4 x tokens x width), the MLP's two hidden activations (2 x tokens x
+    mlp_dim) and the attention probabilities (heads x tokens^2), the last three split over the
+    model axis; plus the image and the patch embeddings. With `remat` (each block recomputed in
+    the backward pass) a block keeps only its input (tokens x width), and one block's count is
+    live at a time while it is recomputed."""
     if config.resnet_layers is not None:
         raise ValueError("training_memory covers plain ViTs, not the ResNet hybrid.")
     split, replicated = parameter_counts(config)
@@ -68,10 +71,11 @@ def training_memory(config, batch_per_device, model_parallel=1):
     height, image_width = config.image_size
     sharded = 4 * tokens * width + 2 * tokens * config.mlp_dim + config.num_heads * tokens**2
     block = 4 * tokens * width + sharded / model_parallel
-    elements = config.num_layers * block + config.channels * height * image_width + 2 * tokens * width
+    kept = tokens * width * config.num_layers + block if remat else config.num_layers * block
+    elements = kept + config.channels * height * image_width + 2 * tokens * width
     return {
         "state": 16 * (replicated + split / model_parallel),
-        "activations": 4 * elements * batch_per_device,
+        "activations": (2 if precision.startswith("mixed") else 4) * elements * batch_per_device,
     }
 
 

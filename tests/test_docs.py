@@ -195,14 +195,46 @@ def test_the_scaling_tables_are_current_and_count_every_parameter():
     finally:
         sys.path.pop(0)
     page = (ROOT / "docs" / "scaling.md").read_text()
-    current = page.split("<!-- scaling table: python docs/make_scaling.py -->\n")[1].split("\n<!-- end")[0]
-    assert current == make_scaling.planning_table()
+    for name, table in (("estimate", make_scaling.estimate_table()), ("plan", make_scaling.planning_table())):
+        current = page.split(f"<!-- {name} table: python docs/make_scaling.py -->\n")[1].split("\n<!-- end")[0]
+        assert current == table, name
     import keras_vit
     from keras_vit.distribution import parameter_counts
 
     for name, fields in (("vit_ti16", {}), ("vit_s16", {}), ("vit_ti16", dict(classifier="gap", mlp_dim=1000))):
         config = keras_vit.get_config(name, num_classes=1000, **fields)
         assert sum(parameter_counts(config)) == keras_vit.ViT(config).count_params(), fields
+
+
+def test_every_mesh_of_the_scaling_plan_is_one_train_accepts():
+    """Each plan's flags parse as `keras-vit train` options (with the --process-id and
+    --job-addresses a host adds) into a `TrainConfig`, split the model, keep each replica within
+    a host and make up the batch of 4096: replicas x --batch-size x --accumulate."""
+    import keras_vit
+    from keras_vit.distribution import check_model_parallel
+    from keras_vit.training import TrainConfig
+
+    sys.path.insert(0, str(ROOT / "docs"))
+    try:
+        import make_scaling
+    finally:
+        sys.path.pop(0)
+    plans = re.findall(r"\| `(--preset [^`]*)` \| `(--preset [^`]*)` \|", make_scaling.planning_table())
+    rows = make_scaling.planning_table().splitlines()[2:]
+    assert len(plans) == len(rows) == len(make_scaling.MODELS) * len(make_scaling.MACHINES)
+    for row, pair in zip(rows, plans):
+        machine = row.split(" | ")[1]
+        devices, _, hosts = make_scaling.MACHINES[machine]
+        for flags in pair:
+            words = flags.split() + (["--process-id", "0", "--job-addresses", "host0:1234"] if hosts > 1 else [])
+            args = build_parser().parse_args(["train", *words])
+            config = TrainConfig(
+                preset=args.preset, model_parallel=args.model_parallel or 1, accumulate=args.accumulate or 1
+            )
+            check_model_parallel(keras_vit.get_config(config.preset), config.model_parallel)
+            assert (args.num_processes or 1) == hosts and (devices // hosts) % config.model_parallel == 0, flags
+            replicas = devices // config.model_parallel
+            assert replicas * args.batch_size * config.accumulate == make_scaling.BATCH, flags
 
 
 def _make_figures():
