@@ -1,19 +1,40 @@
-"""The package as a user installs it: the wheel with the extras setup.cfg declares, in a fresh
-virtual environment (no dev extra, no requirements/no-deps.txt), then the README's verbs."""
+"""The package as a user installs it: `python -m build` makes the sdist and, from it, the wheel; the
+wheel goes into a fresh virtual environment with the extras of the README's install line (no
+dev extra, no checkout), then the README's verbs run there: `keras-vit --help`, `doctor`, a
+1-epoch digits `train` and `export` (default suite, about 3 minutes on 2 cores, most of it pip).
+Marked slow as well (about 2 minutes more): `inspect`, and `keras-vit doctor --install-optional`
+bringing the no-deps packages from the list shipped in the wheel, after which the export's
+warm-up requests and pruning work."""
 
+import configparser
 import json
 import os
+import re
 import subprocess
 import sys
+import tarfile
 import venv
+import zipfile
 from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.install, pytest.mark.tensorflow_only]
+# One worker builds and installs once for the module's tests.
+pytestmark = [pytest.mark.install, pytest.mark.tensorflow_only, pytest.mark.xdist_group("install")]
 
 ROOT = Path(__file__).resolve().parents[1]
-EXTRAS = "tensorflow-cpu,training,export,inspect"
+
+
+def _metadata():
+    options = configparser.ConfigParser()
+    options.read(ROOT / "setup.cfg")
+    return options["metadata"]
+
+
+NAME = _metadata()["name"]
+VERSION = re.search(r'__version__ = "([^"]+)"', (ROOT / "keras_vit" / "__init__.py").read_text()).group(1)
+# The extras of the README's install line, as a user copies it.
+(EXTRAS,) = re.findall(rf'pip install "{re.escape(NAME)}\[([a-z,-]+)\]"', (ROOT / "README.md").read_text())
 
 
 def run(*command, expect=0, env=None, cwd=None, timeout=1200):
@@ -27,25 +48,26 @@ def run(*command, expect=0, env=None, cwd=None, timeout=1200):
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory):
-    """A fresh venv with `keras-vit[tensorflow-cpu,training,export,inspect]` from the built wheel,
-    its dependencies at the project's pinned versions."""
+def built(tmp_path_factory):
+    """The sdist and the wheel `python -m build` makes (the wheel built from the sdist, so a file
+    the sdist leaves out is missing from the wheel too)."""
+    dist = tmp_path_factory.mktemp("dist")
+    run(sys.executable, "-m", "build", "--no-isolation", "--outdir", dist, ROOT, timeout=600)
+    (sdist,) = dist.glob("*.tar.gz")
+    (wheel,) = dist.glob("*.whl")
+    return sdist, wheel
+
+
+@pytest.fixture(scope="module")
+def installed(built, tmp_path_factory):
+    """A fresh venv with the README's `pip install "NAME[EXTRAS]"` from the built wheel, its
+    dependencies at the project's pinned versions."""
+    _, wheel = built
     home = tmp_path_factory.mktemp("install")
-    run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", home / "dist", ROOT)
-    (wheel,) = (home / "dist").glob("keras_vit-*.whl")
     venv.EnvBuilder(with_pip=True).create(home / "venv")
     python = home / "venv" / "bin" / "python"
-    run(
-        python,
-        "-m",
-        "pip",
-        "install",
-        "-q",
-        "--disable-pip-version-check",
-        "-c",
-        ROOT / "requirements" / "constraints.txt",
-        f"{wheel}[{EXTRAS}]",
-    )
+    constraints = ROOT / "requirements" / "constraints.txt"
+    run(python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "-c", constraints, f"{wheel}[{EXTRAS}]")
     env = {
         k: v
         for k, v in os.environ.items()
@@ -55,10 +77,34 @@ def installed(tmp_path_factory):
     return home, home / "venv" / "bin", env
 
 
+def test_the_distributions_carry_the_licence_metadata_and_the_no_deps_list(built):
+    sdist, wheel = built
+    version = VERSION
+    assert wheel.name == f"{NAME.replace('-', '_')}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel) as files:
+        names = set(files.namelist())
+        info = f"{NAME.replace('-', '_')}-{version}.dist-info"
+        metadata = files.read(f"{info}/METADATA").decode()
+        shipped = files.read("keras_vit_cli/no-deps.txt").decode()
+        assert files.read(f"{info}/licenses/LICENSE") == (ROOT / "LICENSE").read_bytes()
+    assert shipped == (ROOT / "cli" / "no-deps.txt").read_text()
+    assert {"keras_vit/__init__.py", "keras_vit/training/__init__.py", "keras_vit_cli/__init__.py"} <= names
+    assert f"Name: {NAME}\n" in metadata and f"Version: {version}\n" in metadata
+    assert "License: Apache-2.0" in metadata or "License-Expression: Apache-2.0" in metadata
+    urls = dict(re.findall(r"^Project-URL: ([^,]+), (\S+)$", metadata, re.MULTILINE))
+    assert {"Source", "Issues", "Changelog", "Documentation"} <= set(urls), urls
+    with tarfile.open(sdist) as archive:
+        members = {m.split("/", 1)[1] for m in archive.getnames() if "/" in m}
+    assert {"LICENSE", "README.md", "setup.cfg", "pyproject.toml", "cli/no-deps.txt"} <= members
+
+
 def test_installed_command_trains_and_exports(installed):
     home, bin_dir, env = installed
     keras_vit = bin_dir / "keras-vit"
     assert "train" in run(keras_vit, "--help", env=env).stdout
+    assert run(keras_vit, "--version", env=env).stdout.strip() == f"keras-vit {VERSION}"
+    doctor = run(keras_vit, "doctor", env=env).stdout
+    assert "tf-keras: missing" in doctor and "[training] tensorflow-datasets" in doctor, doctor
     trained = run(
         keras_vit, "train", "--dataset", "digits", "--epochs", "1", "--run-dir", home / "run", env=env, cwd=home
     )
@@ -88,3 +134,34 @@ def test_installed_command_trains_and_exports(installed):
         pruned.stderr.strip().splitlines() == [pruned.stderr.strip()]
         and "pip install --no-deps tf-keras" in pruned.stderr
     )
+
+
+@pytest.mark.slow
+def test_installed_inspect_and_the_optional_packages_from_the_package(installed):
+    home, bin_dir, env = installed
+    keras_vit = bin_dir / "keras-vit"
+    run(keras_vit, "train", "--dataset", "digits", "--epochs", "1", "--run-dir", home / "run2", env=env, cwd=home)
+    run(keras_vit, "inspect", home / "run2", "--out", home / "figures", env=env)
+    assert (home / "figures" / "rollout.png").is_file()
+    # The no-deps step from the installed package alone (no checkout, no requirements/ folder).
+    run(keras_vit, "doctor", "--install-optional", env=env, cwd=home, timeout=1800)
+    doctor = run(keras_vit, "doctor", env=env).stdout
+    assert "missing" not in doctor.split("optional,")[1], doctor
+    served = run(keras_vit, "export", home / "run2", "--saved-model", home / "serving2", env=env)
+    warmup = home / "serving2" / "vit" / "1" / "assets.extra" / "tf_serving_warmup_requests"
+    assert warmup.is_file() and "tensorflow-serving-api" not in served.stderr
+    run(
+        keras_vit,
+        "export",
+        home / "run2",
+        "--tflite",
+        home / "pruned2",
+        "--quantize",
+        "float32",
+        "--prune",
+        "0.5",
+        "--finetune-epochs",
+        "1",
+        env=env,
+    )
+    assert (home / "pruned2" / "vit_pruned50_float32.tflite").is_file()
