@@ -10,7 +10,15 @@ import typing
 from collections.abc import Iterable
 from pathlib import Path
 
-from keras_vit.names import CLASSIFIERS, EVAL_CROP, INTERPOLATIONS, POSEMB_INTERPOLATIONS, RESNET_GROUPS
+from keras_vit.names import (
+    CLASSIFIERS,
+    EVAL_CROP,
+    INTERPOLATIONS,
+    MLP_TYPES,
+    POSEMB_INTERPOLATIONS,
+    RESNET_GROUPS,
+    ROPE_STYLES,
+)
 
 # Official ViT inputs: pixels in [0, 255] mapped to [-1, 1], i.e. (x - 127.5) / 127.5.
 OFFICIAL_MEAN = (127.5, 127.5, 127.5)
@@ -64,6 +72,19 @@ class ViTConfig:
         layer_norm_epsilon: epsilon of every LayerNorm (1e-6 in the reference).
         gelu_approximate: tanh GELU approximation instead of the exact erf form.
         qkv_bias: biases on the query/key/value projections.
+        key_bias: with `qkv_bias`, a bias on the keys too; False: query and value biases only
+            (EVA-02).
+        mlp_type: "gelu" (Dense-GELU-Dense) or "swiglu" (SiLU(x W_gate) * x W_value of width
+            `mlp_dim`, then the output Dense; EVA-02, DINOv2-g, DINOv3's largest).
+        mlp_norm: a LayerNorm on the MLP's hidden activations before its output Dense (EVA-02's
+            sub-LayerNorm).
+        position_embedding: a learned position embedding; False for models whose only positions
+            are rotary (DINOv3).
+        rope: rotary position embeddings on the patch tokens' queries and keys: None, "eva02" or
+            "dinov3" (see `keras_vit.layers.RotaryEmbedding`).
+        rope_theta: the rotary embedding's base; None: the style's (1e4 for eva02, 100 for dinov3).
+        rope_reference_grid: the patch grid EVA-02's rotary coordinates are scaled to (the grid
+            the model was pre-trained at); None: the model's own grid when built.
         channels: input channels (3 for RGB, 1 for grayscale).
         resnet_layers: units per ResNet stage for the hybrid, e.g. (3, 4, 9); () for the
             ResNet root alone (AugReg's R+Ti/16); None for a pure ViT.
@@ -101,6 +122,13 @@ class ViTConfig:
     layer_norm_epsilon: float = 1e-6
     gelu_approximate: bool = False
     qkv_bias: bool = True
+    key_bias: bool = True
+    mlp_type: str = "gelu"
+    mlp_norm: bool = False
+    position_embedding: bool = True
+    rope: str | None = None
+    rope_theta: float | None = None
+    rope_reference_grid: tuple[int, ...] | None = None
     channels: int = 3
     resnet_layers: tuple[int, ...] | None = None
     resnet_width: int = 64
@@ -119,6 +147,8 @@ class ViTConfig:
         set_("patch_size", _pair(self.patch_size, "patch_size"))
         if self.resnet_layers is not None:
             set_("resnet_layers", tuple(int(n) for n in self.resnet_layers))
+        if self.rope_reference_grid is not None:
+            set_("rope_reference_grid", _pair(self.rope_reference_grid, "rope_reference_grid"))
         for name in ("input_mean", "input_std"):
             values = tuple(float(v) for v in getattr(self, name))
             if len(set(values)) == 1 and len(values) != self.channels:  # one value for every channel
@@ -153,6 +183,17 @@ class ViTConfig:
             raise ValueError(f"`classifier` must be one of {CLASSIFIERS}; got {self.classifier!r}.")
         if self.classifier == "token" and self.class_token is False:
             raise ValueError('classifier="token" reads the class token: it needs class_token=True (or None).')
+        if self.mlp_type not in MLP_TYPES:
+            raise ValueError(f"`mlp_type` must be one of {MLP_TYPES}; got {self.mlp_type!r}.")
+        if self.rope is not None and self.rope not in ROPE_STYLES:
+            raise ValueError(f"`rope` must be None or one of {tuple(ROPE_STYLES)}; got {self.rope!r}.")
+        if self.rope is not None and (self.hidden_size // self.num_heads) % 4:
+            raise ValueError(
+                f"rotary embeddings need a head width divisible by 4 (two axes, sine and cosine pairs); got "
+                f"{self.hidden_size // self.num_heads}."
+            )
+        if self.rope_theta is not None and not 0 < self.rope_theta < math.inf:
+            raise ValueError(f"`rope_theta` must be finite and positive; got {self.rope_theta}.")
         if self.num_register_tokens < 0:
             raise ValueError(f"`num_register_tokens` must be >= 0; got {self.num_register_tokens}.")
         feature = self.feature_size
@@ -215,6 +256,15 @@ class ViTConfig:
     @property
     def num_patches(self):
         return self.grid_size[0] * self.grid_size[1]
+
+    @property
+    def rope_settings(self):
+        """The rotary embedding's `(style, theta, reference grid)`, with the style's defaults; None
+        without one."""
+        if self.rope is None:
+            return None
+        theta = ROPE_STYLES[self.rope] if self.rope_theta is None else self.rope_theta
+        return self.rope, float(theta), self.rope_reference_grid or self.grid_size
 
     @property
     def num_class_tokens(self):

@@ -263,6 +263,8 @@ class ViT(_ImagesChecked, keras.Model):
         carried over (quantized layers stay quantized); the position embeddings are resampled
         to the new patch grid (paper section 3.2)."""
         config = self.config.replace(image_size=image_size)
+        if config.rope == "eva02" and config.rope_reference_grid is None:  # rotary coordinates of the trained grid
+            config = config.replace(rope_reference_grid=self.config.grid_size)
         new = ViT(config, dtype=self.dtype_policy, class_names=self.class_names, name=self.name)
         _quantize_layers(new, _quantized_layers(self))
         for source, target in zip(self.layers, new.layers):
@@ -363,8 +365,12 @@ class _Parts:
         )
         self.patch_embedding = vit_layers.PatchEmbedding(c.hidden_size, c.patch_size, dtype=d, name="patch_embedding")
         self.class_token = vit_layers.ClassToken(dtype=d, name="class_token") if c.num_class_tokens else None
-        self.position_embedding = vit_layers.PositionEmbedding(
-            c.grid_size, c.num_position_prefix_tokens, c.posemb_interpolation, dtype=d, name="position_embedding"
+        self.position_embedding = (
+            vit_layers.PositionEmbedding(
+                c.grid_size, c.num_position_prefix_tokens, c.posemb_interpolation, dtype=d, name="position_embedding"
+            )
+            if c.position_embedding
+            else None
         )
         self.register_tokens = (
             vit_layers.RegisterTokens(c.num_register_tokens, c.num_class_tokens, dtype=d, name="register_tokens")
@@ -376,6 +382,16 @@ class _Parts:
         # of the last block is the spatial map that class scores have gradients for.
         self.patch_grid = vit_layers.TokenGrid(c.grid_size, c.num_prefix_tokens, dtype=d, name="patch_grid")
         self.merge_patch_grid = vit_layers.MergeTokenGrid(c.num_prefix_tokens, dtype=d, name="merge_patch_grid")
+        rope = None
+        if c.rope_settings is not None:
+            style, theta, reference = c.rope_settings
+            rope = dict(
+                style=style,
+                grid_size=list(c.grid_size),
+                num_prefix_tokens=c.num_prefix_tokens,
+                theta=theta,
+                reference_grid=list(reference),
+            )
         self.blocks = [
             vit_layers.EncoderBlock(
                 c.num_heads,
@@ -387,6 +403,10 @@ class _Parts:
                 layer_norm_epsilon=c.layer_norm_epsilon,
                 gelu_approximate=c.gelu_approximate,
                 qkv_bias=c.qkv_bias,
+                key_bias=c.key_bias,
+                mlp_type=c.mlp_type,
+                mlp_norm=c.mlp_norm,
+                rope=rope,
                 dtype=d,
                 name=f"block_{i}",
             )
@@ -427,7 +447,7 @@ class _Parts:
         tokens = [self.class_token, self.position_embedding]  # the embedding's class slot after the token
         if self.config.no_embed_class:  # the embedding of the patches alone, before the class token
             tokens.reverse()
-        layers = [self.normalization, self.resnet, self.patch_embedding, *tokens]
+        layers = [self.normalization, self.resnet, self.patch_embedding, *(t for t in tokens if t is not None)]
         layers += [self.register_tokens, self.embedding_dropout, *self.blocks]
         return [layer for layer in layers if layer is not None]
 

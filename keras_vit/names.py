@@ -15,6 +15,13 @@ POOLING_MODES = ("token", "gap")
 # The model's classifier (ViTConfig.classifier): a token pooling, or multi-head attention pooling
 # by a learned probe ("map", keras_vit.layers.AttentionPool).
 CLASSIFIERS = (*POOLING_MODES, "map")
+# The block MLP (ViTConfig.mlp_type): Dense-GELU-Dense, or SwiGLU (SiLU(x W_gate) * x W_value, then
+# the output Dense).
+MLP_TYPES = ("gelu", "swiglu")
+# Rotary position embeddings on the patch tokens' queries and keys (ViTConfig.rope, keras_vit.layers.
+# RotaryEmbedding): EVA-02's (interleaved pairs, patch indices scaled to a reference grid, theta 1e4) and
+# DINOv3's (rotate-half, patch centres in [-1, 1], theta 100).
+ROPE_STYLES = {"eva02": 10000.0, "dinov3": 100.0}
 
 # GroupNorm groups of the hybrid's ResNet stem (BiT): every ResNet width must divide by it.
 RESNET_GROUPS = 32

@@ -7,6 +7,8 @@ and become HWIO. timm's fused `attn.qkv` is already `[q | k | v]`, as keras_vit'
 import logging
 import re
 
+import numpy as np
+
 from keras_vit.checkpoints.files import CheckpointError
 from keras_vit.checkpoints.official import image_size
 from keras_vit.config import resnet_stride
@@ -18,12 +20,10 @@ logger = logging.getLogger("keras_vit")
 HEADS_BY_WIDTH = {192: 3, 384: 6, 768: 12, 1024: 16, 1152: 16, 1280: 16, 1536: 24}
 # Parts of timm ViTs that keras_vit's ViT has no layer for: (state-dict prefix, what it is).
 UNSUPPORTED = (
-    ("blocks.0.mlp.fc1_g.", "a SwiGLU MLP"),
-    ("blocks.0.mlp.norm.", "a LayerNorm inside the MLP"),
-    ("blocks.0.attn.q_bias", "query/value-only attention biases (EVA-02)"),
     ("blocks.0.attn.q_norm.", "query/key normalisation"),
     ("blocks.0.norm1_post", "post-norm blocks"),
-    ("rope.", "rotary position embeddings"),
+    ("blocks.0.attn.gate.", "gated attention"),
+    ("rope.", "learned rotary frequencies"),
 )
 # A hybrid's root convolution: inside `stem` of a ResNetV2, or the backbone itself when the
 # ResNet is its root alone (R+Ti/16).
@@ -42,9 +42,43 @@ def _linear(w):
     return w.T
 
 
+def _fuse_eva(tensors):
+    """timm `Eva` tensors (EVA-02, DINOv3) in `VisionTransformer`'s names: separate q/k/v
+    projections fused into `attn.qkv`, q and v biases into `attn.qv_bias`, SwiGLU's `fc1_g` and
+    `fc1_x` into one `mlp.fc1` laid out `[gate | value]` (as timm's packed SwiGLU stores it), and
+    LayerScale's `gamma_1`/`gamma_2` as `ls1.gamma`/`ls2.gamma`."""
+    t = dict(tensors)
+    blocks = sorted({int(m.group(1)) for k in t if (m := re.match(r"blocks\.(\d+)\.", k))})
+    for i in blocks:
+        b = f"blocks.{i}."
+        projections = [f"{b}attn.{n}_proj.weight" for n in "qkv"]
+        if all(n in t for n in projections):
+            t[f"{b}attn.qkv.weight"] = np.concatenate([t.pop(n) for n in projections])
+        for q, v in (("attn.q_bias", "attn.v_bias"), ("attn.q_proj.bias", "attn.v_proj.bias")):
+            if b + q in t and b + v in t:
+                t[f"{b}attn.qv_bias"] = np.concatenate([t.pop(b + q), t.pop(b + v)])
+        for kind in ("weight", "bias"):
+            gate, value = f"{b}mlp.fc1_g.{kind}", f"{b}mlp.fc1_x.{kind}"
+            if gate in t and value in t:
+                t[f"{b}mlp.fc1.{kind}"] = np.concatenate([t.pop(gate), t.pop(value)])
+        for n in "12":
+            if f"{b}gamma_{n}" in t:
+                t[f"{b}ls{n}.gamma"] = t.pop(f"{b}gamma_{n}")
+    return t
+
+
+def is_eva(tensors):
+    """Whether a timm state dict is of timm's `Eva` class (EVA-02, DINOv3), whose options and
+    default pooling differ from `VisionTransformer`'s."""
+    block = "blocks.0."
+    return any(
+        f"{block}{name}" in tensors for name in ("gamma_1", "attn.q_bias", "attn.q_proj.weight", "mlp.fc1_g.weight")
+    ) or ("pos_embed" not in tensors and "patch_embed.proj.weight" in tensors)
+
+
 def to_keras(tensors):
     """timm state dict -> {keras_vit variable path: array}; unknown names are kept as they are."""
-    t = dict(tensors)
+    t = _fuse_eva(tensors)
     out = {}
     rules = [
         (r"cls_token", "class_token/token", None),
@@ -55,6 +89,9 @@ def to_keras(tensors):
         (r"blocks\.(\d+)\.norm([12])\.bias", r"block_\1/norm\2/beta", None),
         (r"blocks\.(\d+)\.attn\.qkv\.weight", r"block_\1/attention/qkv/kernel", _linear),
         (r"blocks\.(\d+)\.attn\.qkv\.bias", r"block_\1/attention/qkv/bias", None),
+        (r"blocks\.(\d+)\.attn\.qv_bias", r"block_\1/attention/qv_bias", None),
+        (r"blocks\.(\d+)\.mlp\.norm\.weight", r"block_\1/mlp/norm/gamma", None),
+        (r"blocks\.(\d+)\.mlp\.norm\.bias", r"block_\1/mlp/norm/beta", None),
         (r"blocks\.(\d+)\.attn\.proj\.weight", r"block_\1/attention/out/kernel", _linear),
         (r"blocks\.(\d+)\.attn\.proj\.bias", r"block_\1/attention/out/bias", None),
         (r"blocks\.(\d+)\.mlp\.fc([12])\.weight", r"block_\1/mlp/fc\2/kernel", _linear),
@@ -116,9 +153,8 @@ def config_fields(tensors):
     for prefix, what in UNSUPPORTED:
         if any(name.startswith(prefix) for name in tensors):
             raise CheckpointError(f"a timm ViT with {what} is not supported yet (tensor {prefix}...).")
-    fc1, fc2 = tensors.get("blocks.0.mlp.fc1.weight"), tensors.get("blocks.0.mlp.fc2.weight")
-    if fc1 is not None and fc2 is not None and fc1.shape[0] == 2 * fc2.shape[1]:
-        raise CheckpointError("a timm ViT with a packed SwiGLU MLP (EVA-02, DINOv2 giant) is not supported yet.")
+    eva = is_eva(tensors)
+    tensors = _fuse_eva(tensors)
     if "fc_norm.weight" in tensors and "norm.weight" in tensors:
         raise CheckpointError("a timm ViT with both norm and fc_norm LayerNorms is not supported.")
     kernel = tensors["patch_embed.proj.weight"]  # (D, C, P, P)
@@ -132,13 +168,14 @@ def config_fields(tensors):
         patch_size=tuple(kernel.shape[2:]),
         channels=kernel.shape[1],
         num_layers=depth,
-        mlp_dim=tensors["blocks.0.mlp.fc1.weight"].shape[0],
-        # timm pools the mean of the patches where it normalises the pooled vector (fc_norm).
+        mlp_dim=tensors["blocks.0.mlp.fc2.weight"].shape[1],
+        # timm pools the mean of the patches where it normalises the pooled vector (fc_norm), and
+        # its `Eva` models (EVA-02, DINOv3) by default.
         classifier=(
             "map"
             if "attn_pool.latent" in tensors
             else "token"
-            if "cls_token" in tensors and "fc_norm.weight" not in tensors
+            if "cls_token" in tensors and "fc_norm.weight" not in tensors and not eva
             else "gap"
         ),
         class_token="cls_token" in tensors,
@@ -146,10 +183,17 @@ def config_fields(tensors):
         fc_norm="fc_norm.weight" in tensors,
         num_classes=tensors["head.bias"].shape[0] if "head.bias" in tensors else 0,
     )
-    if "blocks.0.attn.qkv.bias" not in tensors:
+    if "blocks.0.attn.qv_bias" in tensors:
+        fields["key_bias"] = False
+    elif "blocks.0.attn.qkv.bias" not in tensors:
         fields["qkv_bias"] = False
     if "blocks.0.ls1.gamma" in tensors:
         fields["layer_scale_init"] = 1e-5
+    if tensors["blocks.0.mlp.fc1.weight"].shape[0] == 2 * fields["mlp_dim"]:  # SwiGLU, [gate | value]
+        fields["mlp_type"] = "swiglu"
+    fields["mlp_norm"] = "blocks.0.mlp.norm.weight" in tensors
+    if eva:
+        fields.update(_eva_family(tensors, fields))
     stride = 1
     root = next((k for k in ROOT_KEYS if k in tensors), None)
     if root is not None:
@@ -172,7 +216,34 @@ def config_fields(tensors):
         raise CheckpointError("a timm attention-pool head with several latent queries is not supported.")
     # The position embedding's class slot: absent from `no_embed_class` files (DINOv2 with
     # registers, DeiT-3), where its value is folded into the class token.
+    if "pos_embed" not in tensors:
+        return fields  # no size recorded: `_eva_family` chose one
     tokens = tensors["pos_embed"].shape[1]
     fields["no_embed_class"] = fields["class_token"] and int(round(tokens**0.5)) ** 2 == tokens
     fields["image_size"] = image_size(tokens, fields, stride)
     return fields
+
+
+def _eva_family(tensors, fields):
+    """The settings timm's `Eva` class keeps out of its state dict (its rotary embeddings are
+    computed, not stored), from the family the tensors point to, logged: DINOv3 (register
+    tokens and no learned position embedding: its rotary embedding, LayerNorm epsilon 1e-5, 224
+    pixels unless given) or EVA-02 (a SwiGLU MLP beside a learned position embedding: its rotary
+    embedding on the 224-pixel grid it was pre-trained at). Others (EVA-01) get none."""
+    patch = fields["patch_size"]
+    if "pos_embed" not in tensors:
+        logger.warning(
+            "keras_vit: a timm Eva file without a position embedding: DINOv3's rotary embedding and LayerNorm "
+            "epsilon assumed, and 224-pixel images unless image_size is given"
+        )
+        return dict(
+            position_embedding=False,
+            rope="dinov3",
+            layer_norm_epsilon=1e-5,
+            image_size=(224 // patch[0] * patch[0],) * 2,
+        )
+    if fields.get("mlp_type") == "swiglu":
+        reference = (224 // patch[0], 224 // patch[1])
+        logger.info("keras_vit: a timm EVA-02 file: its rotary embedding on the %dx%d grid of 224 pixels", *reference)
+        return dict(rope="eva02", rope_reference_grid=reference)
+    return {}

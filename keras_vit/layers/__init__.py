@@ -15,6 +15,7 @@ from keras_vit.layers.pooling import TokenPooling
 from keras_vit.layers.position_embedding import PositionEmbedding
 from keras_vit.layers.register_tokens import RegisterTokens
 from keras_vit.layers.resnet import BottleneckUnit, ResNetStem, StdConv2D
+from keras_vit.layers.rotary import RotaryEmbedding
 from keras_vit.layers.token_grid import MergeTokenGrid, TokenGrid
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "PositionEmbedding",
     "RegisterTokens",
     "ResNetStem",
+    "RotaryEmbedding",
     "StdConv2D",
     "TokenGrid",
     "TokenPooling",

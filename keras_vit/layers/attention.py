@@ -10,6 +10,7 @@ from keras_vit import initializers
 from keras_vit.dtypes import is_half
 from keras_vit.layers import frozen_graph
 from keras_vit.layers.projection import project, project_tokens
+from keras_vit.layers.rotary import RotaryEmbedding
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -26,16 +27,23 @@ class MultiHeadSelfAttention(keras.layers.Layer):
     without returned probabilities where that is exact, see `_explicit_attention`). In a frozen
     half-precision TensorFlow graph q, k and v are projected heads-first (`_heads_first_qkv`).
 
+    `key_bias=False` (with `use_bias`): query and value biases only, `qv_bias` `(2D,)` (EVA-02).
+    `rope`: a `RotaryEmbedding` config (dict) that rotates the queries and keys of the patch
+    tokens (EVA-02, DINOv3).
+
     Call with `return_attention_scores=True` to also get the probabilities
     `(batch, heads, tokens, tokens)`.
     """
 
-    def __init__(self, num_heads, dropout_rate=0.0, use_bias=True, **kwargs):
+    def __init__(self, num_heads, dropout_rate=0.0, use_bias=True, key_bias=True, rope=None, **kwargs):
         super().__init__(**kwargs)
         self.num_heads = int(num_heads)
         self.dropout_rate = float(dropout_rate)
         self.use_bias = bool(use_bias)
+        self.key_bias = bool(key_bias)
+        self.rope = None if rope is None else dict(rope)
         self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
+        self.rotary = None if rope is None else RotaryEmbedding(**self.rope, dtype=self.dtype_policy, name="rotary")
 
     def build(self, input_shape):
         width = input_shape[-1]
@@ -44,7 +52,7 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.head_dim = width // self.num_heads
         self.qkv = keras.layers.Dense(
             3 * width,
-            use_bias=self.use_bias,
+            use_bias=self.use_bias and self.key_bias,
             # Xavier-uniform of each (D, D) projection: fan_avg of the fused (D, 3D) kernel
             # is 2D, so scale 2 gives the per-projection limit sqrt(6 / (D + D)).
             kernel_initializer=initializers.VarianceScaling(2.0, "fan_avg", "uniform"),
@@ -52,6 +60,13 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             name="qkv",
         )
         self.qkv.build((None, width))
+        self.qv_bias = (
+            self.add_weight(name="qv_bias", shape=(2 * width,), initializer="zeros")
+            if self.use_bias and not self.key_bias
+            else None
+        )
+        if self.rotary is not None:
+            self.rotary.build((None, self.num_heads, None, self.head_dim))
         self.out = keras.layers.Dense(
             width, kernel_initializer=initializers.glorot_uniform(), dtype=self.dtype_policy, name="out"
         )
@@ -67,11 +82,14 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         shape, width = ops.shape(x), x.shape[-1]
         if self._heads_first_projections(x, training, return_attention_scores):
             q, k, v = self._heads_first_qkv(x)
+            q, k = self._rotated(q, k, token_axis=2)  # a rotation commutes with q's scale
             context, probs = self._explicit_attention(q, k, v, training, False)
         else:
             # Rank-2 projections: TensorFlow's graph optimizer fuses MatMul + bias (oneDNN) only
             # for rank-2 matmuls; a rank-3 Dense runs as Tensordot + a separate broadcast add.
             qkv = project(self.qkv, ops.reshape(x, (-1, width)), training)
+            if self.qv_bias is not None:
+                qkv = qkv + self._qkv_bias(qkv.dtype)
             qkv = ops.reshape(qkv, (-1, shape[1], 3, self.num_heads, self.head_dim))
             explicit = return_attention_scores or (training and self.dropout_rate > 0)
             if explicit or keras.backend.backend() == "tensorflow" or _float16_on_jax_cpu(x):
@@ -79,10 +97,12 @@ class MultiHeadSelfAttention(keras.layers.Layer):
                 # scale on the (tokens x tokens) logits; heads-first with the scale on q measured
                 # 10-15% faster per block on CPU (docs/performance.md).
                 q, k, v = ops.unstack(ops.transpose(qkv, (2, 0, 3, 1, 4)), axis=0)  # (batch, heads, tokens, head_dim)
+                q, k = self._rotated(q, k, token_axis=2)
                 q = q * ops.cast(self.head_dim**-0.5, q.dtype)
                 context, probs = self._explicit_attention(q, k, v, training, return_attention_scores)
             else:
                 q, k, v = ops.unstack(qkv, axis=2)  # (batch, tokens, heads, head_dim) each
+                q, k = self._rotated(q, k, token_axis=1)
                 context, probs = _fused_attention(q, k, v, training), None
         out = ops.reshape(project_tokens(self.out, ops.reshape(context, (-1, width)), training), shape)
         return (out, probs) if return_attention_scores else out
@@ -116,9 +136,22 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         tokens = ops.expand_dims(x, 1)
         q, k, v = (ops.matmul(tokens, ops.expand_dims(w, 0)) for w in (wq * scale, wk, wv))
         if self.use_bias:  # (1, heads, 1, head_dim) each
-            bq, bk, bv = ops.unstack(ops.reshape(ops.cast(self.qkv.bias, dtype), (3, 1, heads, 1, head_dim)), axis=0)
+            bq, bk, bv = ops.unstack(ops.reshape(self._qkv_bias(dtype), (3, 1, heads, 1, head_dim)), axis=0)
             q, k, v = q + bq * scale, k + bk, v + bv
         return q, k, v
+
+    def _qkv_bias(self, dtype):
+        """The `(3D,)` bias `[q | k | v]`: the fused Dense's, or the query and value biases around
+        a zero key bias."""
+        if self.qv_bias is None:
+            return ops.cast(self.qkv.bias, dtype)
+        bq, bv = ops.split(ops.cast(self.qv_bias, dtype), 2)
+        return ops.concatenate([bq, ops.zeros_like(bq), bv])
+
+    def _rotated(self, q, k, token_axis):
+        if self.rotary is None:
+            return q, k
+        return self.rotary(q, token_axis=token_axis), self.rotary(k, token_axis=token_axis)
 
     def _explicit_attention(self, q, k, v, training, return_probs):
         """(context (batch, tokens, heads, head_dim), probabilities) of heads-first q (scaled), k
@@ -150,6 +183,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             "num_heads": self.num_heads,
             "dropout_rate": self.dropout_rate,
             "use_bias": self.use_bias,
+            "key_bias": self.key_bias,
+            "rope": self.rope,
         }
 
 

@@ -7,11 +7,14 @@ from keras_vit.layers.drop_path import DropPath
 from keras_vit.layers.layer_normalization import LayerNormalization
 from keras_vit.layers.layer_scale import LayerScale
 from keras_vit.layers.mlp import MLP
+from keras_vit.names import MLP_TYPES
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class EncoderBlock(keras.layers.Layer):
-    """Pre-norm block with optional LayerScale and stochastic depth on both branches.
+    """Pre-norm block with optional LayerScale and stochastic depth on both branches; the
+    attention's and MLP's options (`key_bias`, `rope`, `mlp_type`, `mlp_norm`) as in
+    `MultiHeadSelfAttention` and `MLP`.
 
     Call with `return_attention_scores=True` to get `(tokens, attention_probabilities)`.
     """
@@ -27,6 +30,10 @@ class EncoderBlock(keras.layers.Layer):
         layer_norm_epsilon=1e-6,
         gelu_approximate=False,
         qkv_bias=True,
+        key_bias=True,
+        mlp_type="gelu",
+        mlp_norm=False,
+        rope=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -39,14 +46,35 @@ class EncoderBlock(keras.layers.Layer):
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.gelu_approximate = bool(gelu_approximate)
         self.qkv_bias = bool(qkv_bias)
+        self.key_bias = bool(key_bias)
+        if mlp_type not in MLP_TYPES:
+            raise ValueError(f"mlp_type must be one of {MLP_TYPES}; got {mlp_type!r}.")
+        self.mlp_type = mlp_type
+        self.mlp_norm = bool(mlp_norm)
+        self.rope = None if rope is None else dict(rope)
         policy = self.dtype_policy
         self.norm1 = LayerNormalization(epsilon=self.layer_norm_epsilon, dtype=policy, name="norm1")
         self.attention = MultiHeadSelfAttention(
-            self.num_heads, self.attention_dropout_rate, self.qkv_bias, dtype=policy, name="attention"
+            self.num_heads,
+            self.attention_dropout_rate,
+            self.qkv_bias,
+            key_bias=self.key_bias,
+            rope=self.rope,
+            dtype=policy,
+            name="attention",
         )
         self.attention_dropout = keras.layers.Dropout(self.dropout_rate, dtype=policy)
         self.norm2 = LayerNormalization(epsilon=self.layer_norm_epsilon, dtype=policy, name="norm2")
-        self.mlp = MLP(self.mlp_dim, self.dropout_rate, self.gelu_approximate, dtype=policy, name="mlp")
+        self.mlp = MLP(
+            self.mlp_dim,
+            self.dropout_rate,
+            self.gelu_approximate,
+            gated=mlp_type == "swiglu",
+            norm=self.mlp_norm,
+            layer_norm_epsilon=self.layer_norm_epsilon,
+            dtype=policy,
+            name="mlp",
+        )
         self.drop_path = DropPath(self.drop_path_rate, dtype=policy)
         if layer_scale_init is None:
             self.scale1 = self.scale2 = None
@@ -85,4 +113,8 @@ class EncoderBlock(keras.layers.Layer):
             "layer_norm_epsilon": self.layer_norm_epsilon,
             "gelu_approximate": self.gelu_approximate,
             "qkv_bias": self.qkv_bias,
+            "key_bias": self.key_bias,
+            "mlp_type": self.mlp_type,
+            "mlp_norm": self.mlp_norm,
+            "rope": self.rope,
         }
