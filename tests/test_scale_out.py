@@ -19,9 +19,10 @@ def _accumulating_optimizer(accumulate, batch):
     return recipes.build_optimizer(config, steps_per_epoch=accumulate, global_batch=batch, epochs=1)
 
 
-def test_accumulated_micro_batches_make_the_adamw_step_of_their_whole_batch():
+def test_accumulated_micro_batches_make_the_adamw_step_of_their_whole_batch(tmp_path):
     """Two micro-batches of 4 with `accumulate` 2: nothing moves after the first, and after the
-    second the weights are those of one step on the batch of 8 (the recipe's AdamW)."""
+    second the weights are those of one step on the batch of 8 (the recipe's AdamW), also when
+    the second runs in a model restored from weights saved between them (a resume state)."""
     images = np.random.default_rng(0).uniform(0, 255, (8, 32, 32, 3)).astype("float32")
     labels = keras.utils.to_categorical(np.arange(8) % 7, 7)
     models = []
@@ -35,13 +36,22 @@ def test_accumulated_micro_batches_make_the_adamw_step_of_their_whole_batch():
     initial = [keras.ops.convert_to_numpy(w) for w in models[0].weights]
     models[0].train_on_batch(images[:4], labels[:4])
     assert max(float(np.abs(keras.ops.convert_to_numpy(w) - i).max()) for w, i in zip(models[0].weights, initial)) == 0
-    models[0].train_on_batch(images[4:], labels[4:])
+    models[0].save_weights(tmp_path / "between.weights.h5")  # with the optimizer's accumulated gradients
+    keras.utils.set_random_seed(2)
+    restored = keras_vit.ViT(tiny_config(num_layers=1))
+    restored.compile(_accumulating_optimizer(2, 4), keras.losses.MeanSquaredError())
+    restored.optimizer.build(restored.trainable_variables)
+    restored.load_weights(tmp_path / "between.weights.h5")
+    for model in (models[0], restored):
+        model.train_on_batch(images[4:], labels[4:])
     models[1].train_on_batch(images, labels)
-    accumulated, whole = ([keras.ops.convert_to_numpy(w) for w in m.weights] for m in models)
+    models.append(restored)
+    accumulated, whole, resumed = ([keras.ops.convert_to_numpy(w) for w in m.weights] for m in models)
     moved = max(float(np.abs(w - i).max()) for w, i in zip(whole, initial))
     assert moved > 5e-3  # a real step (1e-2 per weight for Adam), so 1e-5 below is tight
     assert max(float(np.abs(a - w).max()) for a, w in zip(accumulated, whole)) <= 1e-5
-    assert [int(keras.ops.convert_to_numpy(m.optimizer.iterations)) for m in models] == [1, 1]
+    assert max(float(np.abs(r - w).max()) for r, w in zip(resumed, whole)) <= 1e-5
+    assert [int(keras.ops.convert_to_numpy(m.optimizer.iterations)) for m in models] == [1, 1, 1]
 
 
 def test_schedule_and_learning_rate_follow_the_effective_batch():
