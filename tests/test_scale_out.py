@@ -126,3 +126,17 @@ def test_remat_gives_the_gradients_of_the_plain_model():
     assert max(float(np.abs(g).max()) for g in plain_grads) > 1e-3  # gradients that say something
     assert max(float(np.abs(a - b).max()) for a, b in zip(plain_grads, remat_grads)) <= 1e-6
     assert all(np.array_equal(a, b) for a, b in zip(plain_states, remat_states))
+
+
+def test_a_run_stored_before_accumulate_and_remat_is_the_same_run(tmp_path):
+    """A config.yaml written before a field existed holds its default: the run resumes."""
+    import yaml
+
+    from keras_vit.training.run import _config_text, _run_changes
+
+    c = TrainConfig(run_dir=str(tmp_path)).resolved()
+    stored = {k: v for k, v in yaml.safe_load(_config_text(c)).items() if k not in ("accumulate", "remat")}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(stored))
+    assert _run_changes(c, tmp_path)[:2] == ([], [])
+    assert _run_changes(TrainConfig(run_dir=str(tmp_path), accumulate=2).resolved(), tmp_path)[0] == ["accumulate"]
+    assert _run_changes(TrainConfig(run_dir=str(tmp_path), remat=True).resolved(), tmp_path)[:2] == ([], ["remat"])

@@ -584,13 +584,16 @@ def _own_checkpoint(c):
 def _run_changes(c, run_dir):
     """`(run fields, execution fields, before, after)`: the config fields in which `c` differs from
     the run `run_dir` holds (none when it holds none), those that make it another run and those
-    that only change how it executes, with both configs as dicts."""
+    that only change how it executes, with both configs as dicts. A field the stored config lacks
+    (a run of a version before the field) counts as its default."""
     stored = run_dir / CONFIG_FILE
     text = _config_text(c)
     stored_text = stored.read_text() if stored.is_file() else text
     before, after = yaml.safe_load(stored_text) or {}, yaml.safe_load(text)
     if stored_text == text:
         return [], [], before, after
+    defaults = TrainConfig().to_dict()
+    before = {**{k: v for k, v in defaults.items() if k in after and k not in before}, **before}
     changed = [k for k in sorted(set(before) | set(after)) if _differs(k, before.get(k), after.get(k))]
     execution = [k for k in changed if k in EXECUTION_FIELDS]
     return [k for k in changed if k not in execution], execution, before, after
