@@ -49,8 +49,14 @@ def run(args):
     else:
         note = "a hybrid embeds ResNet features, not pixels: no patch_embedding_components"
         print(f"keras-vit inspect: note: {note}", file=sys.stderr)
+    if model.config.position_embedding:
+        written.append(
+            plot.position_similarity(inspect.position_embedding_similarity(model), out / f"position_similarity.{ext}")
+        )
+    else:
+        note = "the model's positions are rotary embeddings alone: no position_similarity"
+        print(f"keras-vit inspect: note: {note}", file=sys.stderr)
     written += [
-        plot.position_similarity(inspect.position_embedding_similarity(model), out / f"position_similarity.{ext}"),
         plot.attention_distance(inspect.model_attention_distance(model, pixels), out / f"attention_distance.{ext}"),
         plot.heatmap_overlays(
             pixels, inspect.rollout_maps(model, pixels), out / f"rollout.{ext}", "attention rollout", image_names

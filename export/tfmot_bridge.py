@@ -193,6 +193,10 @@ def _check_rebuilt(config):
         (config.fc_norm, "a LayerNorm after the pooling (fc_norm)"),
         (config.no_embed_class, "a class token without a position slot (no_embed_class)"),
         (config.num_class_tokens != (config.classifier == "token"), "a class token beside mean pooling"),
+        (config.rope is not None, "rotary position embeddings"),
+        (not config.position_embedding, "no learned position embedding"),
+        (config.mlp_type != "gelu" or config.mlp_norm, "a SwiGLU MLP or a LayerNorm inside the MLP"),
+        (config.qkv_bias and not config.key_bias, "query and value biases without a key bias"),
     ]
     for present, what in missing:
         if present:

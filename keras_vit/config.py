@@ -26,6 +26,10 @@ OFFICIAL_STD = (127.5, 127.5, 127.5)
 # ImageNet statistics (DeiT, DINOv2) in pixel units: 255 x (0.485, 0.456, 0.406) and (0.229, 0.224, 0.225).
 IMAGENET_MEAN = (123.675, 116.28, 103.53)
 IMAGENET_STD = (58.395, 57.12, 57.375)
+# OpenAI CLIP's statistics (EVA-02) in pixel units: 255 x (0.48145466, 0.4578275, 0.40821073) and
+# (0.26862954, 0.26130258, 0.27577711).
+CLIP_MEAN = (122.77094, 116.74601, 104.09374)
+CLIP_STD = (68.50053, 66.63216, 70.32316)
 
 
 def _pair(value, name):

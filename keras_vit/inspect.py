@@ -100,7 +100,10 @@ def model_attention_distance(model, images):
 
 def position_embedding_similarity(model):
     """Cosine similarity of each patch's position embedding with all others:
-    `(rows, cols, rows, cols)`, entry [i, j] the map of patch (i, j)."""
+    `(rows, cols, rows, cols)`, entry [i, j] the map of patch (i, j). A ValueError for a model
+    without a learned position embedding (`position_embedding=False`)."""
+    if not model.config.position_embedding:
+        raise ValueError("the model has no learned position embedding (its positions are rotary embeddings).")
     layer = model.get_layer("position_embedding")
     grid = keras.ops.convert_to_numpy(layer.embedding)[0, layer.num_prefix_tokens :].astype(np.float64)
     grid /= np.linalg.norm(grid, axis=-1, keepdims=True)

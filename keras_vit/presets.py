@@ -2,7 +2,7 @@
 
 import difflib
 
-from keras_vit.config import IMAGENET_MEAN, IMAGENET_STD, ViTConfig, check_fields
+from keras_vit.config import CLIP_MEAN, CLIP_STD, IMAGENET_MEAN, IMAGENET_STD, ViTConfig, check_fields
 
 _TI = dict(hidden_size=192, num_layers=12, num_heads=3, mlp_dim=768)
 _S = dict(hidden_size=384, num_layers=12, num_heads=6, mlp_dim=1536)
@@ -25,6 +25,43 @@ _DINOV2 = dict(
     input_std=IMAGENET_STD,
     crop_fraction=1.0,
     posemb_interpolation="bicubic_antialias",
+)
+# DINOv3 (Simeoni et al. 2025): patch 16, no learned position embedding but rotary ones (theta
+# 100, patch centres in [-1, 1]), 4 registers, LayerScale, no q/k/v biases, LayerNorm epsilon
+# 1e-5, the class token read as in the original; S+ has a SwiGLU MLP. Any multiple of 16 pixels
+# serves the same weights.
+_DINOV3 = dict(
+    patch_size=16,
+    image_size=224,
+    num_classes=0,
+    position_embedding=False,
+    rope="dinov3",
+    num_register_tokens=4,
+    layer_scale_init=1e-5,
+    qkv_bias=False,
+    layer_norm_epsilon=1e-5,
+    input_mean=IMAGENET_MEAN,
+    input_std=IMAGENET_STD,
+    crop_fraction=1.0,
+)
+# EVA-02 (Fang et al. 2024), the masked-image-modelling backbones at 224: rotary embeddings
+# (interleaved, theta 1e4, on the 16x16 grid of 224 pixels) beside the learned position embedding,
+# SwiGLU MLPs of width 4D*2/3 (B and L with a LayerNorm inside), query and value biases only, the
+# mean of the patches normalised after pooling, CLIP statistics.
+_EVA02 = dict(
+    patch_size=14,
+    image_size=224,
+    num_classes=0,
+    classifier="gap",
+    class_token=True,
+    fc_norm=True,
+    mlp_type="swiglu",
+    key_bias=False,
+    rope="eva02",
+    rope_reference_grid=(16, 16),
+    input_mean=CLIP_MEAN,
+    input_std=CLIP_STD,
+    crop_fraction=1.0,
 )
 # SigLIP (Zhai et al. 2023) and the fixed-resolution SigLIP 2 image towers: no class token, the
 # attention-pool head, tanh-approximated GELU, pixels mapped to [-1, 1], resized without a crop.
@@ -82,6 +119,23 @@ PRESETS = {
         "DINOv2 ViT-L/14 with 4 register tokens, backbone at 518, 304.4M parameters",
         dict(_L, **_DINOV2, num_register_tokens=4, no_embed_class=True),
     ),
+    "dinov2_g14": (
+        "DINOv2 ViT-g/14 backbone at 518 (SwiGLU MLP), 1136.5M parameters",
+        dict(_DINOV2, hidden_size=1536, num_layers=40, num_heads=24, mlp_dim=4096, mlp_type="swiglu"),
+    ),
+    "dinov2_g14_reg4": (
+        "DINOv2 ViT-g/14 with 4 register tokens, backbone at 518 (SwiGLU MLP), 1136.5M parameters",
+        dict(
+            _DINOV2,
+            hidden_size=1536,
+            num_layers=40,
+            num_heads=24,
+            mlp_dim=4096,
+            mlp_type="swiglu",
+            num_register_tokens=4,
+            no_embed_class=True,
+        ),
+    ),
     "siglip_b16_224": (
         "SigLIP / SigLIP 2 B/16 image tower at 224, 92.9M parameters",
         dict(_B, **_SIGLIP, patch_size=16, image_size=224),
@@ -98,6 +152,17 @@ PRESETS = {
         "SigLIP So400m/14 image tower at 224, 427.7M parameters",
         dict(_SO400M, **_SIGLIP, patch_size=14, image_size=224),
     ),
+    "dinov3_s16": ("DINOv3 ViT-S/16 backbone, 21.6M parameters", dict(_S, **_DINOV3)),
+    "dinov3_sp16": (
+        "DINOv3 ViT-S+/16 backbone (SwiGLU MLP), 28.7M parameters",
+        dict(_S, **_DINOV3, mlp_type="swiglu"),
+    ),
+    "dinov3_b16": ("DINOv3 ViT-B/16 backbone, 85.6M parameters", dict(_B, **_DINOV3)),
+    "dinov3_l16": ("DINOv3 ViT-L/16 backbone, 303.1M parameters", dict(_L, **_DINOV3)),
+    "eva02_ti14": ("EVA-02 Ti/14 backbone at 224, 5.5M parameters", dict(_TI, **_EVA02, mlp_dim=512)),
+    "eva02_s14": ("EVA-02 S/14 backbone at 224, 21.6M parameters", dict(_S, **_EVA02, mlp_dim=1024)),
+    "eva02_b14": ("EVA-02 B/14 backbone at 224, 85.8M parameters", dict(_B, **_EVA02, mlp_dim=2048, mlp_norm=True)),
+    "eva02_l14": ("EVA-02 L/14 backbone at 224, 303.3M parameters", dict(_L, **_EVA02, mlp_dim=2730, mlp_norm=True)),
     # Published "384": the reference's 14-pixel patches leave 6 of 384 pixels out; the same
     # 27x27 grid is 378 pixels.
     "siglip_so400m14_384": (

@@ -39,11 +39,27 @@ FAMILY_PARAMETER_COUNTS = {
     "siglip_b16_384": 93_176_064,
     "siglip_so400m14_224": 427_680_704,
     "siglip_so400m14_384": 428_225_600,
+    "dinov3_s16": 21_586_944,  # timm's vit_{small,small_plus,base,large}_patch16_dinov3
+    "dinov3_sp16": 28_683_264,
+    "dinov3_b16": 85_641_216,
+    "dinov3_l16": 303_079_424,
+    "eva02_ti14": 5_502_144,  # timm's eva02_{tiny,small,base,large}_patch14_224
+    "eva02_s14": 21_621_120,
+    "eva02_b14": 85_758_720,
+    "eva02_l14": 303_268_800,
+    "dinov2_g14": 1_136_479_232,  # vit_giant_patch14[_reg4]_dinov2: 4.5 GB each, behind the slow marker
+    "dinov2_g14_reg4": 1_136_483_840,
 }
 
 
 @pytest.mark.tensorflow_only  # the same layer code on every backend; TensorFlow builds these fastest
-@pytest.mark.parametrize("name", sorted(FAMILY_PARAMETER_COUNTS))
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(name, marks=[pytest.mark.slow] if count > 1_000_000_000 else [])
+        for name, count in sorted(FAMILY_PARAMETER_COUNTS.items())
+    ],
+)
 def test_family_parameter_counts_equal_timms(name):
     model = keras_vit.ViT.from_preset(name)  # at the preset's own size, headless as published
     assert keras_vit.count_params(model) == FAMILY_PARAMETER_COUNTS[name]

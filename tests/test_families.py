@@ -55,6 +55,25 @@ TIMM_CASES = {
         dict(classifier="gap", class_token=True, fc_norm=True, num_classes=10),
     ),
     "siglip_map": ("vit_base_patch16_siglip_224", dict(num_classes=0), dict(classifier="map", class_token=False)),
+    # timm's Eva class: EVA-02 Ti (packed q/k/v with q and v biases, packed SwiGLU), B (separate
+    # projections, SwiGLU with its LayerNorm), a 336-pixel EVA-02 (rotary coordinates scaled to the
+    # 16x16 grid of 224), DINOv3 (rotary embeddings alone, registers, no q/k/v biases)
+    "eva02_ti": (
+        "eva02_tiny_patch14_224",
+        dict(num_classes=0),
+        dict(mlp_type="swiglu", key_bias=False, rope="eva02", fc_norm=True, mlp_norm=False),
+    ),
+    "eva02_b": ("eva02_base_patch14_224", dict(num_classes=0), dict(mlp_type="swiglu", mlp_norm=True)),
+    "eva02_336": (
+        "eva02_tiny_patch14_336",
+        dict(num_classes=5),
+        dict(image_size=(336, 336), rope_reference_grid=(16, 16), num_classes=5),
+    ),
+    "dinov3": (
+        "vit_small_patch16_dinov3",
+        dict(num_classes=0),
+        dict(rope="dinov3", position_embedding=False, num_register_tokens=4, qkv_bias=False, layer_norm_epsilon=1e-5),
+    ),
 }
 
 
@@ -64,13 +83,14 @@ def test_timm_files_of_the_new_families(tmp_path, case):
 
     name, options, fields = TIMM_CASES[case]
     reference = perturbed(timm.create_model(name, pretrained=False, depth=2, embed_dim=192, num_heads=3, **options))
-    pixels = sample_photos(224)
+    size = reference.patch_embed.img_size[0] if "pos_embed" in reference.state_dict() else 224
+    pixels = sample_photos(size)
     cfg = reference.pretrained_cfg
     with torch.no_grad():
         expected = reference(reference_input(pixels, cfg["mean"], cfg["std"])).numpy()
     save_file(reference.state_dict(), tmp_path / "model.safetensors")
     statistics = dict(input_mean=tuple(255 * m for m in cfg["mean"]), input_std=tuple(255 * s for s in cfg["std"]))
-    model = keras_vit.ViT.from_checkpoint(tmp_path / "model.safetensors", **statistics)
+    model = keras_vit.ViT.from_checkpoint(tmp_path / "model.safetensors", image_size=size, **statistics)
     for field, value in fields.items():
         assert getattr(model.config, field) == value, field
     assert keras_vit.count_params(model) == sum(p.numel() for p in reference.parameters())
@@ -94,6 +114,13 @@ HF_CASES = {
         ),
         lambda model, x: model(pixel_values=x).pooler_output,
         dict(classifier="token", num_register_tokens=4),
+    ),
+    "Dinov2Model_swiglu": (  # DINOv2-g's MLP: packed SwiGLU `weights_in` / `weights_out`
+        lambda: transformers.Dinov2Model(
+            transformers.Dinov2Config(**SMALL, image_size=224, patch_size=14, use_swiglu_ffn=True)
+        ),
+        lambda model, x: model(pixel_values=x).pooler_output,
+        dict(mlp_type="swiglu", mlp_dim=176),
     ),
     "SiglipVisionModel": (
         lambda: transformers.SiglipVisionModel(
@@ -157,12 +184,23 @@ def test_a_class_slot_loads_into_a_model_without_one_by_folding_it_into_the_clas
     [
         dict(classifier="map", num_register_tokens=2),
         dict(classifier="gap", class_token=True, fc_norm=True, num_register_tokens=3, no_embed_class=True),
+        dict(
+            classifier="gap",
+            class_token=True,
+            fc_norm=True,
+            mlp_type="swiglu",
+            mlp_norm=True,
+            key_bias=False,
+            rope="eva02",
+            rope_reference_grid=(2, 2),
+        ),
+        dict(position_embedding=False, rope="dinov3", num_register_tokens=4, qkv_bias=False),
     ],
-    ids=["map_registers", "class_token_registers_fc_norm"],
+    ids=["map_registers", "class_token_registers_fc_norm", "eva02", "dinov3"],
 )
 def test_new_options_round_trip_through_keras_files_and_resizing(tmp_path, overrides):
     model = perturb(keras_vit.ViT(tiny_config(**overrides)))
-    with pytest.raises(keras_vit.CheckpointError, match="register_tokens/tokens.*save this model as a .keras file"):
+    with pytest.raises(keras_vit.CheckpointError, match="has no name for variable .*save this model as a .keras file"):
         keras_vit.save_npz(model, tmp_path / "model.npz")
     x = np.random.default_rng(0).uniform(0, 255, (2, 32, 32, 3)).astype("float32")
     expected = keras.ops.convert_to_numpy(model(x))
@@ -186,11 +224,11 @@ def test_new_options_round_trip_through_keras_files_and_resizing(tmp_path, overr
 def test_checkpoints_of_parts_keras_vit_lacks_are_named_in_one_line(tmp_path):
     from safetensors.torch import save_file
 
-    eva = timm.create_model("eva02_tiny_patch14_224", pretrained=False, depth=1)
-    save_file(eva.state_dict(), tmp_path / "eva.safetensors")
-    with pytest.raises(keras_vit.CheckpointError, match="not supported yet"):
-        keras_vit.ViT.from_checkpoint(tmp_path / "eva.safetensors")
-    config = transformers.Dinov2Config(**SMALL, image_size=28, patch_size=14, use_swiglu_ffn=True)
-    transformers.Dinov2Model(config).save_pretrained(tmp_path / "swiglu")
-    with pytest.raises(keras_vit.CheckpointError, match="SwiGLU MLP is not supported yet"):
-        keras_vit.ViT.from_checkpoint(tmp_path / "swiglu")
+    qk_norm = timm.create_model("vit_tiny_patch16_224", pretrained=False, depth=1, qk_norm=True)
+    save_file(qk_norm.state_dict(), tmp_path / "qk_norm.safetensors")
+    with pytest.raises(keras_vit.CheckpointError, match="query/key normalisation is not supported yet"):
+        keras_vit.ViT.from_checkpoint(tmp_path / "qk_norm.safetensors")
+    config = transformers.Dinov2Config(**SMALL, image_size=28, patch_size=14, hidden_act="relu")
+    transformers.Dinov2Model(config).save_pretrained(tmp_path / "relu")
+    with pytest.raises(keras_vit.CheckpointError, match="unsupported hidden_act 'relu'"):
+        keras_vit.ViT.from_checkpoint(tmp_path / "relu")

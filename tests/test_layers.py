@@ -46,6 +46,12 @@ CASES = {
     "TokenPooling": (dict(mode="gap"), [(2, 5, D), (3, 7, D)], 0, 0),
     "PositionEmbedding": (dict(grid_size=(2, 2)), [(2, 5, D), (3, 5, D)], 1, 5 * D),
     "RegisterTokens": (dict(num_tokens=2), [(2, 5, D), (3, 7, D)], 1, 2 * D),
+    "RotaryEmbedding": (
+        dict(style="eva02", grid_size=(2, 2), num_prefix_tokens=1, reference_grid=(4, 4)),
+        [(2, 3, 5, D), (3, 2, 5, D)],
+        0,
+        0,
+    ),
     "StdConv2D": (dict(filters=D, kernel_size=3, padding="same"), [(2, 8, 8, 3), (3, 6, 10, 3)], 1, 27 * D),
     # BiT units (GroupNorm of 32 groups): a 1x1-3x3-1x1 bottleneck of 32 to 128 channels, projected.
     "BottleneckUnit": (

@@ -71,8 +71,17 @@ def to_keras(tensors):
             r.out[f"{dst}attention/qkv/bias"] = np.concatenate([r.pop(f"{n}.bias") for n in qkv])
         r.move(f"{src}attention.output.dense.weight", f"{dst}attention/out/kernel", np.transpose)
         r.move(f"{src}attention.output.dense.bias", f"{dst}attention/out/bias")
-        for fc, names in (("fc1", ("intermediate.dense", "mlp.fc1")), ("fc2", ("output.dense", "mlp.fc2"))):
-            for name in names:  # ViT's names, DINOv2's
+        gate, up = f"{src}mlp.gate_proj", f"{src}mlp.up_proj"  # DINOv2's SwiGLU in Transformers' own names
+        for kind in ("weight", "bias"):
+            if r.has(f"{gate}.{kind}", f"{up}.{kind}"):
+                r.source[f"{src}mlp.weights_in.{kind}"] = np.concatenate(
+                    [r.pop(f"{gate}.{kind}"), r.pop(f"{up}.{kind}")]
+                )
+            if r.has(f"{src}mlp.down_proj.{kind}"):
+                r.source[f"{src}mlp.weights_out.{kind}"] = r.pop(f"{src}mlp.down_proj.{kind}")
+        fc1_names = ("intermediate.dense", "mlp.fc1", "mlp.weights_in")
+        for fc, names in (("fc1", fc1_names), ("fc2", ("output.dense", "mlp.fc2", "mlp.weights_out"))):
+            for name in names:  # ViT's names, DINOv2's, DINOv2's packed SwiGLU [gate | value]
                 r.move(f"{src}{name}.weight", f"{dst}mlp/{fc}/kernel", np.transpose)
                 r.move(f"{src}{name}.bias", f"{dst}mlp/{fc}/bias")
     r.move("layernorm.weight", "encoder_norm/gamma")
@@ -212,18 +221,18 @@ def config_fields(hf_config, tensors, processor=None):
         )
     if model_type == "siglip":
         hf_config = {**hf_config.get("vision_config", {}), "model_type": "siglip_vision_model"}
-    if hf_config.get("use_swiglu_ffn"):
-        raise CheckpointError(f"a {MODEL_TYPES[model_type]} checkpoint with a SwiGLU MLP is not supported yet.")
     activation = hf_config.get("hidden_act", "gelu")
     if activation not in ("gelu", "gelu_new", "gelu_pytorch_tanh"):
         raise CheckpointError(f"unsupported hidden_act {activation!r}; keras_vit's MLP uses GELU.")
     heads = {k for k in tensors if k.endswith("classifier.bias")}
     num_classes = tensors[heads.pop()].shape[0] if heads else 0
     pooler = [k for k in tensors if k.endswith("pooler.dense.bias")]
-    fc1 = [
+    # The MLP's width: the input of its output Dense (a SwiGLU's first Dense is twice as wide).
+    fc2 = [
         v
         for k, v in tensors.items()
-        if not k.startswith(_SIGLIP_TEXT) and re.search(r"layers?\.0\.(intermediate\.dense|mlp\.fc1)\.weight$", k)
+        if not k.startswith(_SIGLIP_TEXT)
+        and re.search(r"layers?\.0\.(output\.dense|mlp\.fc2|mlp\.weights_out|mlp\.down_proj)\.weight$", k)
     ]
     family = {}
     if model_type.startswith("dinov2"):
@@ -252,7 +261,8 @@ def config_fields(hf_config, tensors, processor=None):
         hidden_size=hf_config["hidden_size"],
         num_layers=hf_config["num_hidden_layers"],
         num_heads=hf_config["num_attention_heads"],
-        mlp_dim=fc1[0].shape[0] if fc1 else hf_config["intermediate_size"],
+        mlp_dim=fc2[0].shape[1] if fc2 else hf_config["intermediate_size"],
+        mlp_type="swiglu" if hf_config.get("use_swiglu_ffn") else "gelu",
         image_size=size,
         patch_size=patch,
         channels=hf_config.get("num_channels", 3),

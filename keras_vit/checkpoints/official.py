@@ -247,7 +247,10 @@ def _block_from_keras(i, name, value, num_heads):
         "scale2/gamma": f"{src}LayerScale_1/scale",
     }
     if name not in simple:
-        raise CheckpointError(f"no official .npz name for variable block_{i}/{name}.")
+        raise CheckpointError(
+            f"the official .npz layout has no name for variable 'block_{i}/{name}': save this model as a .keras file "
+            "(model.save) instead."
+        )
     return {simple[name]: value}
 
 
