@@ -2,8 +2,8 @@
 
 The backward pass then keeps only each block's input instead of everything inside it
 (LayerNorm outputs, q, k, v, attention probabilities, the MLP's hidden activations), and
-recomputes one block at a time: about a third more compute for a fraction of the activation
-memory (docs/scaling.md). Gradients equal those without it to float rounding (test).
+recomputes one block at a time: one more forward pass of the blocks for a fraction of the
+activation memory (docs/scaling.md). Gradients equal those without it to float rounding (test).
 
 Keras's own `keras.RematScope(mode="list_of_layers")` is not used: under JAX it traces the
 block's Python arguments (`training`, `return_attention_scores`) as arrays, which the layers
