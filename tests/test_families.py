@@ -122,6 +122,24 @@ HF_CASES = {
         lambda model, x: model(pixel_values=x).pooler_output,
         dict(mlp_type="swiglu", mlp_dim=176),
     ),
+    "DINOv3ViTModel": (  # rotary embeddings alone, registers, no key bias
+        lambda: transformers.DINOv3ViTModel(
+            transformers.DINOv3ViTConfig(
+                **SMALL, intermediate_size=128, image_size=224, patch_size=16, num_register_tokens=4
+            )
+        ),
+        lambda model, x: model(pixel_values=x).pooler_output,
+        dict(rope="dinov3", position_embedding=False, num_register_tokens=4, key_bias=False, layer_norm_epsilon=1e-5),
+    ),
+    "DINOv3ViTModel_gated": (  # the larger models' gated MLP
+        lambda: transformers.DINOv3ViTModel(
+            transformers.DINOv3ViTConfig(
+                **SMALL, intermediate_size=96, image_size=224, patch_size=16, use_gated_mlp=True, hidden_act="silu"
+            )
+        ),
+        lambda model, x: model(pixel_values=x).pooler_output,
+        dict(mlp_type="swiglu", mlp_dim=96),
+    ),
     "SiglipVisionModel": (
         lambda: transformers.SiglipVisionModel(
             transformers.SiglipVisionConfig(**SMALL, intermediate_size=128, image_size=224, patch_size=16)

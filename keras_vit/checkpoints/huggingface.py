@@ -29,20 +29,28 @@ MODEL_TYPES = {
     "dinov2_with_registers": "DINOv2 with registers",
     "siglip_vision_model": "SigLIP",
     "siglip": "SigLIP",
+    "dinov3_vit": "DINOv3",
 }
 _SIGLIP_PATCHES = "embeddings.patch_embedding.weight"
 # SigLIP's text tower and contrastive scale: not part of a vision model.
 _SIGLIP_TEXT = ("text_model.", "logit_scale", "logit_bias")
 
 
+_DINOV3_PATCHES = "embeddings.patch_embeddings.weight"
+
+
 def is_huggingface(tensors):
-    return any(k.endswith(("embeddings.patch_embeddings.projection.weight", _SIGLIP_PATCHES)) for k in tensors)
+    return any(
+        k.endswith(("embeddings.patch_embeddings.projection.weight", _SIGLIP_PATCHES, _DINOV3_PATCHES)) for k in tensors
+    )
 
 
 def to_keras(tensors):
     """HF state dict -> {keras_vit variable path: array}."""
     if any(k.endswith(_SIGLIP_PATCHES) for k in tensors):
         return _siglip_to_keras(tensors)
+    if any(k.endswith(_DINOV3_PATCHES) for k in tensors):
+        return _dinov3_to_keras(tensors)
     prefixes = ("vit.", "dinov2.")
     r = Remap({next((k[len(p) :] for p in prefixes if k.startswith(p)), k): v for k, v in tensors.items()})
     r.move("embeddings.cls_token", "class_token/token")
@@ -141,6 +149,45 @@ def _siglip_to_keras(tensors):
     return r.result()
 
 
+def _dinov3_to_keras(tensors):
+    """`DINOv3ViTModel` state dict -> {keras_vit variable path: array}."""
+    r = Remap({k.removeprefix("model."): v for k, v in tensors.items()})
+    r.move("embeddings.cls_token", "class_token/token")
+    if r.has("embeddings.register_tokens") and not r.source["embeddings.register_tokens"].size:
+        r.pop("embeddings.register_tokens")  # stored (1, 0, D) when the model has none
+    r.move("embeddings.register_tokens", "register_tokens/tokens")
+    if r.has("embeddings.mask_token"):  # masked-image training: no part of the model
+        r.pop("embeddings.mask_token")
+    r.move(_DINOV3_PATCHES, "patch_embedding/projection/kernel", lambda w: w.transpose(2, 3, 1, 0))
+    r.move("embeddings.patch_embeddings.bias", "patch_embedding/projection/bias")
+    for i in sorted({int(m.group(1)) for k in r.source if (m := re.match(r"layer\.(\d+)\.", k))}):
+        src, dst = f"layer.{i}.", f"block_{i}/"
+        for n in ("1", "2"):
+            r.move(f"{src}norm{n}.weight", f"{dst}norm{n}/gamma")
+            r.move(f"{src}norm{n}.bias", f"{dst}norm{n}/beta")
+            r.move(f"{src}layer_scale{n}.lambda1", f"{dst}scale{n}/gamma")
+        projections = [f"{src}attention.{n}_proj" for n in ("q", "k", "v")]
+        if r.has(*(f"{n}.weight" for n in projections)):
+            r.out[f"{dst}attention/qkv/kernel"] = np.concatenate([r.pop(f"{n}.weight").T for n in projections], 1)
+        q, k, v = (f"{n}.bias" for n in projections)
+        if r.has(q, k, v):
+            r.out[f"{dst}attention/qkv/bias"] = np.concatenate([r.pop(q), r.pop(k), r.pop(v)])
+        elif r.has(q, v):  # no key bias (DINOv3's default)
+            r.out[f"{dst}attention/qv_bias"] = np.concatenate([r.pop(q), r.pop(v)])
+        r.move(f"{src}attention.o_proj.weight", f"{dst}attention/out/kernel", np.transpose)
+        r.move(f"{src}attention.o_proj.bias", f"{dst}attention/out/bias")
+        gate, up = f"{src}mlp.gate_proj", f"{src}mlp.up_proj"
+        for kind, fn in (("weight", np.transpose), ("bias", None)):
+            if r.has(f"{gate}.{kind}"):  # a gated MLP: [gate | value]
+                value = np.concatenate([r.pop(f"{gate}.{kind}"), r.pop(f"{up}.{kind}")])
+                r.out[f"{dst}mlp/fc1/{'kernel' if kind == 'weight' else 'bias'}"] = fn(value) if fn else value
+            r.move(f"{up}.{kind}", f"{dst}mlp/fc1/{'kernel' if kind == 'weight' else 'bias'}", fn)
+            r.move(f"{src}mlp.down_proj.{kind}", f"{dst}mlp/fc2/{'kernel' if kind == 'weight' else 'bias'}", fn)
+    r.move("norm.weight", "encoder_norm/gamma")
+    r.move("norm.bias", "encoder_norm/beta")
+    return r.result()
+
+
 def class_names(hf_config):
     """The class names of a `config.json`'s `id2label`, in index order; None when it has none or
     only Transformers' placeholders (`LABEL_0`, ...)."""
@@ -222,7 +269,12 @@ def config_fields(hf_config, tensors, processor=None):
     if model_type == "siglip":
         hf_config = {**hf_config.get("vision_config", {}), "model_type": "siglip_vision_model"}
     activation = hf_config.get("hidden_act", "gelu")
-    if activation not in ("gelu", "gelu_new", "gelu_pytorch_tanh"):
+    gated = bool(hf_config.get("use_swiglu_ffn") or hf_config.get("use_gated_mlp"))
+    if gated and model_type == "dinov3_vit" and activation != "silu":
+        raise CheckpointError(
+            f"unsupported gated MLP with hidden_act {activation!r}; keras_vit's gated MLP is SwiGLU (silu)."
+        )
+    if not gated and activation not in ("gelu", "gelu_new", "gelu_pytorch_tanh"):
         raise CheckpointError(f"unsupported hidden_act {activation!r}; keras_vit's MLP uses GELU.")
     heads = {k for k in tensors if k.endswith("classifier.bias")}
     num_classes = tensors[heads.pop()].shape[0] if heads else 0
@@ -232,18 +284,33 @@ def config_fields(hf_config, tensors, processor=None):
         v
         for k, v in tensors.items()
         if not k.startswith(_SIGLIP_TEXT)
-        and re.search(r"layers?\.0\.(output\.dense|mlp\.fc2|mlp\.weights_out|mlp\.down_proj)\.weight$", k)
+        and re.search(r"(^|\.)layers?\.0\.(output\.dense|mlp\.fc2|mlp\.weights_out|mlp\.down_proj)\.weight$", k)
     ]
-    family = {}
+    family = dict(qkv_bias=hf_config.get("qkv_bias", True))
     if model_type.startswith("dinov2"):
-        family = dict(
+        family.update(
             layer_scale_init=hf_config.get("layerscale_value", 1.0),
             num_register_tokens=hf_config.get("num_register_tokens", 0),
+        )
+    elif model_type == "dinov3_vit":
+        biases = [hf_config.get(f"{n}_bias", n != "key") for n in ("query", "key", "value")]
+        if biases[0] != biases[2]:
+            raise CheckpointError(
+                "a DINOv3 checkpoint with a query bias but no value bias (or the reverse) is not supported."
+            )
+        family.update(
+            position_embedding=False,
+            rope="dinov3",
+            rope_theta=float(hf_config.get("rope_theta", 100.0)),
+            num_register_tokens=hf_config.get("num_register_tokens", 0),
+            layer_scale_init=hf_config.get("layerscale_value", 1.0),
+            qkv_bias=biases[0],
+            key_bias=biases[1],
         )
     elif model_type.startswith("siglip"):
         # SigLIP has no class token: its vision model pools with its attention head, its image
         # classifier (which keeps an unused attention head) with the mean of the tokens.
-        family = dict(classifier="map" if any(k.endswith("head.probe") for k in tensors) and not num_classes else "gap")
+        family.update(classifier="map" if any(k.endswith("head.probe") for k in tensors) and not num_classes else "gap")
     patch, size = hf_config.get("patch_size", 16), hf_config.get("image_size", 224)
     if isinstance(size, int) and isinstance(patch, int) and size % patch:
         # Transformers' patch convolution leaves the last pixels out (SigLIP So400m/14 at 384 sees 378).
@@ -262,13 +329,12 @@ def config_fields(hf_config, tensors, processor=None):
         num_layers=hf_config["num_hidden_layers"],
         num_heads=hf_config["num_attention_heads"],
         mlp_dim=fc2[0].shape[1] if fc2 else hf_config["intermediate_size"],
-        mlp_type="swiglu" if hf_config.get("use_swiglu_ffn") else "gelu",
+        mlp_type="swiglu" if gated else "gelu",
         image_size=size,
         patch_size=patch,
         channels=hf_config.get("num_channels", 3),
         layer_norm_epsilon=hf_config.get("layer_norm_eps", 1e-12),
         gelu_approximate=activation != "gelu",
-        qkv_bias=hf_config.get("qkv_bias", True),
         num_classes=num_classes,
         representation_size=tensors[pooler[0]].shape[0] if pooler else None,
         **family,
