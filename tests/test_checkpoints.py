@@ -627,8 +627,8 @@ def test_timm_file_of_any_width_loads_into_a_built_model(tmp_path):
 
 def test_timm_variants_load_or_are_named(tmp_path):
     """A timm ViT without q/k/v biases loads as one (`qkv_bias=False`); parts keras_vit's ViT does
-    not have (EVA-02's q/v-only biases, a packed SwiGLU MLP, a second final norm) are named instead
-    of a missing tensor."""
+    not have (query/key normalisation, post-norm blocks, a second final norm) are named instead of
+    a missing tensor."""
     source = perturb(keras_vit.ViT(tiny_config(hidden_size=192, num_heads=3, qkv_bias=False)))
     state = _timm_state_dict(source)
     _write_safetensors(tmp_path / "no_bias.safetensors", state)
@@ -636,8 +636,8 @@ def test_timm_variants_load_or_are_named(tmp_path):
     assert model.config.qkv_bias is False and model.config.num_heads == 3
     np.testing.assert_allclose(_logits(model, images()), _logits(source, images()), atol=1e-5)
     for extra, message in (
-        ({"blocks.0.attn.q_bias": np.zeros(192, "float32")}, "query/value-only attention biases"),
-        ({"blocks.0.mlp.fc2.weight": np.zeros((192, 64), "float32")}, "a packed SwiGLU MLP"),
+        ({"blocks.0.attn.q_norm.weight": np.ones(64, "float32")}, "query/key normalisation"),
+        ({"blocks.0.norm1_post.weight": np.ones(192, "float32")}, "post-norm blocks"),
         ({"fc_norm.weight": np.ones(192, "float32"), "fc_norm.bias": np.zeros(192, "float32")}, "both norm and"),
     ):
         _write_safetensors(tmp_path / "variant.safetensors", {**state, **extra})
