@@ -72,11 +72,7 @@ def to_keras(tensors):
                 r.move(f"{src}{name}.bias", f"{dst}{norm}/beta")
         for scale in ("1", "2"):  # DINOv2's LayerScale
             r.move(f"{src}layer_scale{scale}.lambda1", f"{dst}scale{scale}/gamma")
-        qkv = [f"{src}attention.attention.{n}" for n in ("query", "key", "value")]
-        if r.has(*(f"{n}.weight" for n in qkv)):
-            r.out[f"{dst}attention/qkv/kernel"] = np.concatenate([r.pop(f"{n}.weight").T for n in qkv], axis=1)
-        if r.has(*(f"{n}.bias" for n in qkv)):
-            r.out[f"{dst}attention/qkv/bias"] = np.concatenate([r.pop(f"{n}.bias") for n in qkv])
+        _fuse_qkv(r, [f"{src}attention.attention.{n}" for n in ("query", "key", "value")], dst)
         r.move(f"{src}attention.output.dense.weight", f"{dst}attention/out/kernel", np.transpose)
         r.move(f"{src}attention.output.dense.bias", f"{dst}attention/out/bias")
         gate, up = f"{src}mlp.gate_proj", f"{src}mlp.up_proj"  # DINOv2's SwiGLU in Transformers' own names
@@ -101,6 +97,18 @@ def to_keras(tensors):
     return r.result()
 
 
+def _fuse_qkv(r, projections, dst):
+    """Moves the query, key and value Linear layers named `projections` into block `dst`'s fused
+    `[q | k | v]` kernel and bias, or its `qv_bias` where the key has no bias (DINOv3)."""
+    if r.has(*(f"{n}.weight" for n in projections)):
+        r.out[f"{dst}attention/qkv/kernel"] = np.concatenate([r.pop(f"{n}.weight").T for n in projections], axis=1)
+    q, k, v = (f"{n}.bias" for n in projections)
+    if r.has(q, k, v):
+        r.out[f"{dst}attention/qkv/bias"] = np.concatenate([r.pop(q), r.pop(k), r.pop(v)])
+    elif r.has(q, v):
+        r.out[f"{dst}attention/qv_bias"] = np.concatenate([r.pop(q), r.pop(v)])
+
+
 def _siglip_to_keras(tensors):
     """SigLIP vision tower state dict -> {keras_vit variable path: array}."""
     tensors = {k: v for k, v in tensors.items() if not k.startswith(_SIGLIP_TEXT)}
@@ -116,11 +124,7 @@ def _siglip_to_keras(tensors):
         for norm in ("1", "2"):
             r.move(f"{src}layer_norm{norm}.weight", f"{dst}norm{norm}/gamma")
             r.move(f"{src}layer_norm{norm}.bias", f"{dst}norm{norm}/beta")
-        qkv = [f"{src}self_attn.{n}_proj" for n in ("q", "k", "v")]
-        if r.has(*(f"{n}.weight" for n in qkv)):
-            r.out[f"{dst}attention/qkv/kernel"] = np.concatenate([r.pop(f"{n}.weight").T for n in qkv], axis=1)
-        if r.has(*(f"{n}.bias" for n in qkv)):
-            r.out[f"{dst}attention/qkv/bias"] = np.concatenate([r.pop(f"{n}.bias") for n in qkv])
+        _fuse_qkv(r, [f"{src}self_attn.{n}_proj" for n in ("q", "k", "v")], dst)
         r.move(f"{src}self_attn.out_proj.weight", f"{dst}attention/out/kernel", np.transpose)
         r.move(f"{src}self_attn.out_proj.bias", f"{dst}attention/out/bias")
         for fc in ("fc1", "fc2"):
@@ -166,14 +170,7 @@ def _dinov3_to_keras(tensors):
             r.move(f"{src}norm{n}.weight", f"{dst}norm{n}/gamma")
             r.move(f"{src}norm{n}.bias", f"{dst}norm{n}/beta")
             r.move(f"{src}layer_scale{n}.lambda1", f"{dst}scale{n}/gamma")
-        projections = [f"{src}attention.{n}_proj" for n in ("q", "k", "v")]
-        if r.has(*(f"{n}.weight" for n in projections)):
-            r.out[f"{dst}attention/qkv/kernel"] = np.concatenate([r.pop(f"{n}.weight").T for n in projections], 1)
-        q, k, v = (f"{n}.bias" for n in projections)
-        if r.has(q, k, v):
-            r.out[f"{dst}attention/qkv/bias"] = np.concatenate([r.pop(q), r.pop(k), r.pop(v)])
-        elif r.has(q, v):  # no key bias (DINOv3's default)
-            r.out[f"{dst}attention/qv_bias"] = np.concatenate([r.pop(q), r.pop(v)])
+        _fuse_qkv(r, [f"{src}attention.{n}_proj" for n in ("q", "k", "v")], dst)
         r.move(f"{src}attention.o_proj.weight", f"{dst}attention/out/kernel", np.transpose)
         r.move(f"{src}attention.o_proj.bias", f"{dst}attention/out/bias")
         gate, up = f"{src}mlp.gate_proj", f"{src}mlp.up_proj"
