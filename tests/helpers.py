@@ -61,3 +61,20 @@ def hf_vit_config(**overrides):
         hidden_size=48, num_hidden_layers=1, num_attention_heads=3, intermediate_size=96, image_size=32, patch_size=16
     )
     return transformers.ViTConfig(**{**values, **overrides})
+
+
+def perturbed_torch(module, seed=0):
+    """A torch reference `module` with every parameter moved off its initial value (as `perturb`
+    does for keras_vit models), in eval mode. Import torch (or skip) first."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=generator))
+    return module.eval()
+
+
+def max_diff(model, expected, pixels):
+    """The largest absolute difference between `model(pixels)` and a reference's `expected` outputs."""
+    return float(np.abs(keras.ops.convert_to_numpy(model(pixels)) - expected).max())

@@ -11,7 +11,7 @@ import logging
 import keras
 import numpy as np
 import pytest
-from helpers import perturb, sample_photos, tiny_config
+from helpers import max_diff, perturb, perturbed_torch, sample_photos, tiny_config
 
 import keras_vit
 from keras_vit.benchmark import torchvision_stub
@@ -24,22 +24,10 @@ TOLERANCE = 1e-4
 SMALL = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4)
 
 
-def perturbed(module, seed=0):
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in module.parameters():
-            p.add_(0.05 * torch.randn(p.shape, generator=generator))
-    return module.eval()
-
-
 def reference_input(pixels, mean, std):
     """[0, 255] NHWC pixels -> the reference's normalised NCHW input; `mean`, `std` in [0, 1] units."""
     x = (pixels / 255.0 - np.asarray(mean)) / np.asarray(std)
     return torch.from_numpy(x.astype("float32").transpose(0, 3, 1, 2).copy())
-
-
-def max_diff(model, expected, pixels):
-    return float(np.abs(keras.ops.convert_to_numpy(model(pixels)) - expected).max())
 
 
 # (timm architecture, its options shrunk to 2 blocks of width 192, the fields read off the file)
@@ -82,7 +70,9 @@ def test_timm_files_of_the_new_families(tmp_path, case):
     from safetensors.torch import save_file
 
     name, options, fields = TIMM_CASES[case]
-    reference = perturbed(timm.create_model(name, pretrained=False, depth=2, embed_dim=192, num_heads=3, **options))
+    reference = perturbed_torch(
+        timm.create_model(name, pretrained=False, depth=2, embed_dim=192, num_heads=3, **options)
+    )
     size = reference.patch_embed.img_size[0] if "pos_embed" in reference.state_dict() else 224
     pixels = sample_photos(size)
     cfg = reference.pretrained_cfg
@@ -165,7 +155,7 @@ HF_CASES = {
 @pytest.mark.parametrize("case", sorted(HF_CASES))
 def test_huggingface_folders_of_the_new_families(tmp_path, case):
     build, run, fields = HF_CASES[case]
-    reference = perturbed(build())
+    reference = perturbed_torch(build())
     reference.save_pretrained(tmp_path / "hf")
     pixels = sample_photos(224)
     with torch.no_grad():
@@ -179,7 +169,7 @@ def test_huggingface_folders_of_the_new_families(tmp_path, case):
 def test_a_class_slot_loads_into_a_model_without_one_by_folding_it_into_the_class_token(tmp_path, caplog):
     """Transformers stores DINOv2-with-registers with a class slot, timm without (the preset's
     way, `no_embed_class`): either loads into either, computing the same."""
-    reference = perturbed(
+    reference = perturbed_torch(
         transformers.Dinov2WithRegistersModel(
             transformers.Dinov2WithRegistersConfig(**SMALL, image_size=224, patch_size=14)
         )

@@ -5,10 +5,9 @@ swapped tensor shows), written to disk in their native formats, and compared on 
 (scikit-learn's bundled china.jpg and flower.jpg) in float32.
 """
 
-import keras
 import numpy as np
 import pytest
-from helpers import hf_vit_config, perturb, sample_photos
+from helpers import hf_vit_config, max_diff, perturb, perturbed_torch, sample_photos
 
 import keras_vit
 from keras_vit.benchmark import torchvision_stub
@@ -22,18 +21,6 @@ TOLERANCE = 1e-4
 def to_torch(pixels):
     """[0, 255] NHWC -> the references' normalised NCHW input ((x / 255 - 0.5) / 0.5)."""
     return torch.from_numpy((pixels / 127.5 - 1.0).transpose(0, 3, 1, 2).copy())
-
-
-def perturbed(module, seed=0):
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in module.parameters():
-            p.add_(0.05 * torch.randn(p.shape, generator=generator))
-    return module.eval()
-
-
-def max_diff(keras_model, reference_logits, pixels):
-    return float(np.abs(keras.ops.convert_to_numpy(keras_model(pixels)) - reference_logits).max())
 
 
 # The AugReg hybrids' ResNets (the root alone; four stages) differ from R50+B/16's in the mapping
@@ -54,7 +41,7 @@ def test_timm_state_dicts(tmp_path, name, preset, depth):
     from safetensors.torch import save_file
 
     shallower = {} if depth is None else {"depth": depth}  # a 2-block L/32: its ResNet-50 in full
-    reference = perturbed(timm.create_model(name, pretrained=False, num_classes=1000, **shallower))
+    reference = perturbed_torch(timm.create_model(name, pretrained=False, num_classes=1000, **shallower))
     pixels = sample_photos(224)
     with torch.no_grad():
         expected = reference(to_torch(pixels)).numpy()
@@ -73,7 +60,7 @@ def test_timm_state_dicts(tmp_path, name, preset, depth):
 def test_huggingface_vit_for_image_classification(tmp_path):
     transformers = pytest.importorskip("transformers")
     config = hf_vit_config(hidden_size=192, num_hidden_layers=4, intermediate_size=768, image_size=224, num_labels=10)
-    reference = perturbed(transformers.ViTForImageClassification(config))
+    reference = perturbed_torch(transformers.ViTForImageClassification(config))
     reference.save_pretrained(tmp_path / "hf")
     pixels = sample_photos(224)
     with torch.no_grad():
@@ -89,7 +76,7 @@ def test_huggingface_image_processor_statistics_become_the_models(tmp_path):
     # ~0.05 on logits of ~0.1), the official 127.5 taken instead.
     transformers = pytest.importorskip("transformers")
     config = hf_vit_config(num_hidden_layers=2, num_labels=3)
-    reference = perturbed(transformers.ViTForImageClassification(config))
+    reference = perturbed_torch(transformers.ViTForImageClassification(config))
     reference.save_pretrained(tmp_path / "hf")
     mean, std = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
     transformers.ViTImageProcessor(image_mean=mean, image_std=std).save_pretrained(tmp_path / "hf")
@@ -124,7 +111,7 @@ def test_huggingface_label_names_travel_with_the_model(tmp_path):
 def test_huggingface_vit_model_pooler_is_pre_logits(tmp_path):
     transformers = pytest.importorskip("transformers")
     config = hf_vit_config(hidden_size=192, num_hidden_layers=2, intermediate_size=768, image_size=64)
-    reference = perturbed(transformers.ViTModel(config))
+    reference = perturbed_torch(transformers.ViTModel(config))
     reference.save_pretrained(tmp_path / "hf")
     pixels = sample_photos(64)
     with torch.no_grad():
@@ -161,7 +148,7 @@ def test_npz_from_save_npz_is_read_by_timms_official_loader(tmp_path, preset, na
 def test_224_checkpoint_at_384_matches_timm_resampling(tmp_path):
     from timm.models.vision_transformer import _load_weights
 
-    source = perturbed(timm.create_model("vit_tiny_patch16_224", pretrained=False))
+    source = perturbed_torch(timm.create_model("vit_tiny_patch16_224", pretrained=False))
     keras_224 = keras_vit.ViT.from_preset("vit_ti16")
     keras_vit.checkpoints.assign(
         keras_224, keras_vit.checkpoints.timm.to_keras({k: v.numpy() for k, v in source.state_dict().items()}), "timm"
@@ -181,7 +168,7 @@ def test_timm_no_embed_class_model(tmp_path):
     class slot loads as zero and the logits are timm's."""
     from safetensors.torch import save_file
 
-    reference = perturbed(timm.create_model("deit3_small_patch16_224", pretrained=False, num_classes=10))
+    reference = perturbed_torch(timm.create_model("deit3_small_patch16_224", pretrained=False, num_classes=10))
     assert reference.no_embed_class and reference.pos_embed.shape[1] == 196
     pixels = sample_photos(224)
     with torch.no_grad():
@@ -198,7 +185,7 @@ def test_224_checkpoint_at_384_with_bicubic_matches_timms_own_loader(tmp_path):
     from safetensors.torch import save_file
     from timm.models.vision_transformer import checkpoint_filter_fn
 
-    source = perturbed(timm.create_model("vit_tiny_patch16_224", pretrained=False))
+    source = perturbed_torch(timm.create_model("vit_tiny_patch16_224", pretrained=False))
     save_file(source.state_dict(), tmp_path / "ti16_224.safetensors")
     reference = timm.create_model("vit_tiny_patch16_384", pretrained=False).eval()
     reference.load_state_dict(checkpoint_filter_fn(source.state_dict(), reference))
