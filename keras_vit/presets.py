@@ -10,6 +10,7 @@ _B = dict(hidden_size=768, num_layers=12, num_heads=12, mlp_dim=3072)
 _L = dict(hidden_size=1024, num_layers=24, num_heads=16, mlp_dim=4096)
 _H = dict(hidden_size=1280, num_layers=32, num_heads=16, mlp_dim=5120)
 _G = dict(hidden_size=1408, num_layers=40, num_heads=16, mlp_dim=6144)  # Zhai et al. 2022, "Scaling ViTs"
+_G_DINOV2 = dict(hidden_size=1536, num_layers=40, num_heads=24, mlp_dim=4096, mlp_type="swiglu")  # DINOv2's g
 _SO400M = dict(hidden_size=1152, num_layers=27, num_heads=16, mlp_dim=4304)  # SigLIP's shape-optimised ViT
 
 # DINOv2 (Oquab et al. 2023): self-supervised backbones, published without a head, at 518 pixels
@@ -119,22 +120,10 @@ PRESETS = {
         "DINOv2 ViT-L/14 with 4 register tokens, backbone at 518, 304.4M parameters",
         dict(_L, **_DINOV2, num_register_tokens=4, no_embed_class=True),
     ),
-    "dinov2_g14": (
-        "DINOv2 ViT-g/14 backbone at 518 (SwiGLU MLP), 1136.5M parameters",
-        dict(_DINOV2, hidden_size=1536, num_layers=40, num_heads=24, mlp_dim=4096, mlp_type="swiglu"),
-    ),
+    "dinov2_g14": ("DINOv2 ViT-g/14 backbone at 518 (SwiGLU MLP), 1136.5M parameters", dict(_G_DINOV2, **_DINOV2)),
     "dinov2_g14_reg4": (
         "DINOv2 ViT-g/14 with 4 register tokens, backbone at 518 (SwiGLU MLP), 1136.5M parameters",
-        dict(
-            _DINOV2,
-            hidden_size=1536,
-            num_layers=40,
-            num_heads=24,
-            mlp_dim=4096,
-            mlp_type="swiglu",
-            num_register_tokens=4,
-            no_embed_class=True,
-        ),
+        dict(_G_DINOV2, **_DINOV2, num_register_tokens=4, no_embed_class=True),
     ),
     "siglip_b16_224": (
         "SigLIP / SigLIP 2 B/16 image tower at 224, 92.9M parameters",
