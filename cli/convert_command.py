@@ -13,17 +13,18 @@ def add_parser(subparsers):
         "convert",
         help="convert an official .npz, timm, Hugging Face or keras-hub checkpoint to a .keras model",
         description="Read a checkpoint (official/big_vision .npz, timm .safetensors/.pth/.bin, a Hugging Face "
-        "model folder, a keras-hub ViT preset folder, .keras file or kaggle:// handle, a known name from "
-        "`keras_vit.list_checkpoints()`, or a keras_vit .keras model or run directory to adapt) and save it as a "
-        ".keras model. "
+        "model folder, a keras-hub ViT preset folder, .keras file or kaggle:// handle, a Hugging Face Hub "
+        "repository hf://ORG/NAME[@REVISION] (timm, Transformers or keras-hub; the local cache first), a known name "
+        "(`keras-vit checkpoints`), or a keras_vit .keras model or run directory to adapt) and save it as a "
+        ".keras model with the input normalisation, size, crop and interpolation the checkpoint ships with. "
         "Without --preset the architecture is read off the checkpoint; with it, the preset (and "
         "--image-size/--num-classes) decides and the checkpoint is adapted: position embeddings "
         "resampled, a fresh zero head when the class count differs.",
     )
     parser.add_argument(
         "source",
-        help="checkpoint file, Hugging Face folder, keras-hub preset folder, known checkpoint name, .keras model "
-        "or run directory",
+        help="checkpoint file, Hugging Face folder, keras-hub preset folder, hf://ORG/NAME[@REVISION], known "
+        "checkpoint name, .keras model or run directory",
     )
     parser.add_argument("output", help="the .keras file to write")
     parser.add_argument("--preset", help="build this preset instead of reading the architecture off the file")
@@ -77,11 +78,22 @@ def run(args):
     c, policy = model.config, model.dtype_policy.name
     print(
         f"wrote {output}: {keras_vit.count_params(model):,} parameters, {c.num_layers} layers, width "
-        f"{c.hidden_size}, {c.num_heads} heads, {c.image_size[0]}x{c.image_size[1]} input, {c.num_classes} classes"
+        f"{c.hidden_size}, {c.num_heads} heads, {c.image_size[0]}x{c.image_size[1]} input ({_transform(c)}), "
+        f"{c.num_classes} classes"
         + (" with names" if model.class_names else "")
         + f", dtype policy {policy}"
         + (" (the source's; --dtype float32 for float32)" if policy != "float32" and not args.dtype else "")
     )
+
+
+def _transform(config):
+    """The input transform of a model's `config` in words: normalisation, crop, interpolation."""
+    from keras_vit.config import normalization_name
+
+    name = normalization_name(config.input_mean, config.input_std)
+    values = f"mean {','.join(f'{v:g}' for v in config.input_mean)} std {','.join(f'{v:g}' for v in config.input_std)}"
+    normalized = (name or values) if config.normalize_inputs else "no normalisation"
+    return f"{normalized}, crop {config.crop_fraction:g}, {config.interpolation}"
 
 
 def source_policy(source):

@@ -1,5 +1,7 @@
 """Options shared by the commands that build a model."""
 
+from keras_vit_cli.names import names
+
 
 def add_model_options(parser):
     parser.add_argument("--image-size", type=int, nargs="+", metavar="PIXELS", help="H [W] of the model's input")
@@ -7,6 +9,30 @@ def add_model_options(parser):
     parser.add_argument(
         "--num-heads", type=int, help="attention heads (for a timm file of a width no paper variant has)"
     )
+    add_normalization_option(parser)
+
+
+def add_normalization_option(parser):
+    parser.add_argument(
+        "--normalization",
+        metavar="|".join(names.NORMALIZATIONS) + "|MEAN,STD",
+        help="the input statistics the checkpoint's model was trained with, for a checkpoint that records none (a "
+        "bare timm file; others ship theirs): imagenet (DeiT, DINOv2), inception (x / 127.5 - 1: the official ViT, "
+        "AugReg, SigLIP), clip (EVA-02), or MEAN,STD in pixel units 0-255, one pair for every channel or "
+        "M1,M2,M3,S1,S2,S3",
+    )
+
+
+def normalization_overrides(args):
+    """The ViTConfig fields of `--normalization` ({} without it); a ValueError naming the flag."""
+    if args.normalization is None:
+        return {}
+    from keras_vit.config import normalization_fields
+
+    try:
+        return normalization_fields(args.normalization)
+    except ValueError as error:
+        raise ValueError(f"--{error}") from None
 
 
 def model_overrides(args):
@@ -26,7 +52,7 @@ def model_overrides(args):
         if args.num_heads < 1:
             raise ValueError(f"--num-heads must be positive; got {args.num_heads}.")
         overrides["num_heads"] = args.num_heads
-    return overrides
+    return {**overrides, **normalization_overrides(args)}
 
 
 def check_image_size(pixels):

@@ -9,7 +9,7 @@ import sys
 
 from keras_vit_cli import images as image_io
 from keras_vit_cli.names import names
-from keras_vit_cli.options import check_image_size
+from keras_vit_cli.options import add_normalization_option, check_image_size, normalization_overrides
 from keras_vit_cli.output import note_unfinished_run, one_line, progress_on_stderr, show_log
 from keras_vit_cli.signals import exit_status, interrupted
 
@@ -189,6 +189,7 @@ def add_parser(subparsers):
         help="train from scratch, replacing the run in --run-dir (a finished run, an interrupted one, or "
         "one of another config)",
     )
+    add_normalization_option(train)
     processes = train.add_argument_group(
         "several processes (JAX)",
         "Start the same command once per process (one per host, or per accelerator group), each with its "
@@ -276,6 +277,9 @@ def run_train(args):
         # One number for a square input, as a run's config.yaml has always written it.
         size = args.image_size[0] if len(set(args.image_size)) == 1 else list(args.image_size)
         config = dataclasses.replace(config, model={**config.model, "image_size": size})
+    if args.normalization is not None:  # recorded in the run's config.yaml as the model's statistics
+        statistics = {k: list(v) if isinstance(v, tuple) else v for k, v in normalization_overrides(args).items()}
+        config = dataclasses.replace(config, model={**config.model, **statistics})
     note_unfinished_run("train", config.weights)
     _join_processes(args)
     show_log(logging.INFO)  # where it runs, the global batch, XLA or not

@@ -15,6 +15,7 @@ from keras_vit.names import (
     EVAL_CROP,
     INTERPOLATIONS,
     MLP_TYPES,
+    NORMALIZATIONS,
     POSEMB_INTERPOLATIONS,
     RESNET_GROUPS,
     ROPE_STYLES,
@@ -30,6 +31,46 @@ IMAGENET_STD = (58.395, 57.12, 57.375)
 # (0.26862954, 0.26130258, 0.27577711).
 CLIP_MEAN = (122.77094, 116.74601, 104.09374)
 CLIP_STD = (68.50053, 66.63216, 70.32316)
+# The statistics of each name of `NORMALIZATIONS` (`normalization_fields`).
+NORMALIZATION_STATISTICS = dict(
+    zip(NORMALIZATIONS, ((IMAGENET_MEAN, IMAGENET_STD), (OFFICIAL_MEAN, OFFICIAL_STD), (CLIP_MEAN, CLIP_STD)))
+)
+
+
+def normalization_fields(spec):
+    """`input_mean` and `input_std` of a normalisation: a name of `NORMALIZATIONS`, or "MEAN,STD"
+    in pixel units (0-255), one value each for every channel or one per channel
+    ("M1,M2,M3,S1,S2,S3"). Raises ValueError (one line) for anything else."""
+    if spec in NORMALIZATION_STATISTICS:
+        mean, std = NORMALIZATION_STATISTICS[spec]
+        return dict(normalize_inputs=True, input_mean=mean, input_std=std)
+    usage = f"normalization must be one of {', '.join(NORMALIZATIONS)} or MEAN,STD in pixel units (0-255)"
+    try:
+        values = [float(v) for v in str(spec).split(",")]
+    except ValueError:
+        raise ValueError(f"{usage}; got {spec!r}.") from None
+    if (
+        len(values) % 2
+        or not values
+        or not all(math.isfinite(v) for v in values)
+        or min(values[len(values) // 2 :]) <= 0
+    ):
+        raise ValueError(f"{usage}, the stds positive; got {spec!r}.")
+    if max(values) <= 1:
+        scaled = ",".join(f"{v * 255:g}" for v in values)
+        raise ValueError(f"{usage}; {spec!r} looks like [0, 1] units: in pixels that is {scaled}.")
+    half = len(values) // 2
+    return dict(normalize_inputs=True, input_mean=tuple(values[:half]), input_std=tuple(values[half:]))
+
+
+def normalization_name(mean, std):
+    """The name of `NORMALIZATIONS` whose statistics are `mean` and `std` (to 1e-3 pixel levels),
+    else None."""
+    for name, (known_mean, known_std) in NORMALIZATION_STATISTICS.items():
+        pairs = list(zip(known_mean, mean)) + list(zip(known_std, std))
+        if len(mean) == len(known_mean) and all(abs(a - b) < 1e-3 for a, b in pairs):
+            return name
+    return None
 
 
 def _pair(value, name):

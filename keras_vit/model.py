@@ -8,7 +8,7 @@ import numpy as np
 
 from keras_vit import distribution, initializers, jax_predict, presets
 from keras_vit import layers as vit_layers
-from keras_vit.config import ViTConfig
+from keras_vit.config import ViTConfig, normalization_fields
 from keras_vit.loops import WeightsKeptOnError
 from keras_vit.transform import ImageTransform
 
@@ -154,41 +154,52 @@ class ViT(_ImagesChecked, keras.Model):
             self.predict_function = None
 
     @classmethod
-    def from_preset(cls, name, weights=None, dtype=None, class_names=None, **overrides):
+    def from_preset(cls, name, weights=None, dtype=None, class_names=None, normalization=None, **overrides):
         """Builds preset `name` (see `keras_vit.list_presets()`), any config field overridden,
         e.g. `ViT.from_preset("vit_b16", num_classes=10, image_size=384)`.
 
-        `weights`: a checkpoint file, Hugging Face or keras-hub folder, or known name
-        (`keras_vit.list_checkpoints()`), loaded with `keras_vit.load_weights`. A known name
+        `weights`: a checkpoint file, Hugging Face or keras-hub folder, `hf://ORG/NAME` or known
+        name (`keras_vit.list_checkpoints()`), loaded with `keras_vit.load_weights`. A known name
         builds the model its checkpoint was trained as (resolution, classes, pre-logits)
         unless `overrides` say otherwise; a resampling of the position embeddings is logged.
+        The model takes the image transform the checkpoint ships with (input statistics, crop,
+        interpolation); `normalization` as in `from_checkpoint`.
         `class_names`: the model's classes in logit order (`num_classes` defaults to their
         count); the checkpoint's head follows them as in `from_checkpoint`."""
-        overrides = _classes_named(class_names, overrides)
-        if weights is not None:
-            from keras_vit.checkpoints import known
-
-            overrides = {**known.settings(weights, name), **overrides}
-        model = cls(presets.get_config(name, **overrides), dtype=dtype, class_names=class_names)
+        overrides = _classes_named(class_names, _normalized(normalization, overrides))
+        checkpoint = None
         if weights is not None:
             from keras_vit import checkpoints
+            from keras_vit.checkpoints import known
 
+            checkpoint = checkpoints.open_weights(weights)
+            shipped = (checkpoint.transform or {}) if checkpoint is not None else {}
+            overrides = {**known.settings(weights, name), **shipped, **overrides}
+        model = cls(presets.get_config(name, **overrides), dtype=dtype, class_names=class_names)
+        if checkpoint is not None:
+            checkpoints.warn_assumed_normalization(checkpoint, weights, model.config, overrides)
+            checkpoints.place(model, checkpoint, weights)
+        elif weights is not None:  # a Keras weights file: it holds no checkpoint to open
             checkpoints.load_weights(model, weights)
         return model
 
     @classmethod
-    def from_checkpoint(cls, source, dtype=None, class_names=None, **overrides):
-        """Builds the model a checkpoint describes (sizes read off its tensors), any config
-        field overridden (e.g. `num_classes`, `image_size`), and loads it. `class_names`: the
+    def from_checkpoint(cls, source, dtype=None, class_names=None, normalization=None, **overrides):
+        """Builds the model a checkpoint describes (sizes read off its tensors, the image
+        transform it ships with), any config field overridden (e.g. `num_classes`,
+        `image_size`), and loads it. `class_names`: the
         model's (default: the checkpoint's, where it keeps their head; `num_classes` defaults to
         their count). The head follows the names: the checkpoint's classes in another order are
         reordered, other classes get a new zero head (to rename the checkpoint's classes, set
-        `model.class_names` after loading)."""
+        `model.class_names` after loading). `normalization`: the input statistics, a name of
+        `keras_vit.names.NORMALIZATIONS` or "MEAN,STD" in pixel units (0-255), for a checkpoint
+        that records none (a bare timm file: without it, one warning names the assumption)."""
         from keras_vit import checkpoints
 
-        overrides = _classes_named(class_names, overrides)
+        overrides = _classes_named(class_names, _normalized(normalization, overrides))
         read = checkpoints.open_checkpoint(source)
         config = ViTConfig(**checkpoints.architecture(read.fields, overrides, source))
+        checkpoints.warn_assumed_normalization(read, source, config, overrides)
         model = cls(config, dtype=dtype, class_names=class_names)
         checkpoints.assign(model, read.weights, f"{source} ({read.kind})", read.class_names)
         checkpoints.adopt_class_names(model, read)
@@ -483,6 +494,11 @@ class _Parts:
     def head(self, tokens):
         x = self.pooled(tokens)
         return self.classifier(x) if self.classifier is not None else x
+
+
+def _normalized(normalization, overrides):
+    """Config `overrides` with the input statistics of `normalization` (None: none) under them."""
+    return overrides if normalization is None else {**normalization_fields(normalization), **overrides}
 
 
 def _classes_named(class_names, overrides):

@@ -45,6 +45,12 @@ INTERPOLATIONS = ("bilinear", "nearest")
 # (timm's default: torch's antialiased bicubic, PIL's kernel).
 POSEMB_INTERPOLATIONS = ("bilinear", "bicubic", "bicubic_antialias")
 
+# Input normalisations by name (`--normalization`, `ViT.from_checkpoint(normalization=...)`):
+# ImageNet's statistics (DeiT, DINOv2, BEiT), Inception's x / 127.5 - 1 (the official ViT and AugReg
+# releases, SigLIP) and OpenAI CLIP's (EVA-02); `keras_vit.config.NORMALIZATION_STATISTICS` holds
+# their values. "MEAN,STD" in pixel units (0-255) gives others.
+NORMALIZATIONS = ("imagenet", "inception", "clip")
+
 # Class names, one per line, in output order: in a run directory, a SavedModel's assets and a
 # .tflite's metadata.
 LABELS_FILE = "labels.txt"

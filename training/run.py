@@ -542,11 +542,15 @@ def _model_config(c, num_classes, source=None):
     `ViTConfig`'s; `model` fields over it. Raises ValueError for an unknown preset, a bad model
     field, an unreadable checkpoint or a model the run's `model_parallel` cannot split."""
     source = source or c.weights
+    read = None
     if c.preset or not c.weights:
-        # A known checkpoint's resolution unless the run sets one.
+        # A known checkpoint's resolution unless the run sets one, and its image transform.
         base = {k: v for k, v in known.settings(c.weights, c.preset).items() if k == "image_size"}
+        read = keras_vit.checkpoints.open_weights(source) if c.weights else None
+        base.update((read and read.transform) or {})
     else:
-        base = keras_vit.checkpoints.config_fields(source)
+        read = keras_vit.checkpoints.open_checkpoint(source)
+        base = read.fields
     # The checkpoint's head and pre-logits give way to a new zero head, as the paper fine-tunes.
     base = {k: v for k, v in base.items() if k not in ("num_classes", "representation_size")}
     overrides = {**c.model, "num_classes": num_classes}
@@ -555,6 +559,8 @@ def _model_config(c, num_classes, source=None):
     else:
         fields = {**base, **overrides}
     config = keras_vit.get_config(c.preset, **fields) if c.preset else keras_vit.ViTConfig(**fields)
+    if read is not None:
+        keras_vit.checkpoints.warn_assumed_normalization(read, c.weights, config, c.model)
     keras_vit.distribution.check_model_parallel(config, c.model_parallel)
     return config
 

@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 
 from keras_vit import saving
-from keras_vit.checkpoints import huggingface, keras_hub, keras_weights, official, timm
+from keras_vit.checkpoints import hub, huggingface, keras_hub, keras_weights, official, timm
 from keras_vit.checkpoints.assign import assign, export
 from keras_vit.checkpoints.files import CheckpointError, read_tensors, write_npz
 from keras_vit.checkpoints.known import KNOWN_CHECKPOINTS, fetch
-from keras_vit.config import ViTConfig, check_fields
+from keras_vit.config import OFFICIAL_MEAN, OFFICIAL_STD, ViTConfig, check_fields, normalization_name
 from keras_vit.names import RUN_CHECKPOINTS
 from keras_vit.presets import PRESETS
 
@@ -43,11 +43,14 @@ def list_checkpoints():
 
 
 def resolve(source):
-    """A known checkpoint name or Kaggle handle (downloaded once) or a local path -> local path."""
+    """A known checkpoint name, Kaggle handle or `hf://` name (downloaded once) or a local path
+    -> local path."""
     if isinstance(source, str) and source in KNOWN_CHECKPOINTS:
         return fetch(source)
     if isinstance(source, str) and source.startswith(keras_hub.KAGGLE_PREFIX):
         return keras_hub.download(source)
+    if isinstance(source, str) and source.startswith(hub.PREFIX):
+        return hub.download(source)
     path = Path(source)
     if not path.exists():
         if str(source) in PRESETS:  # an architecture: its published weights have longer names
@@ -63,19 +66,25 @@ def resolve(source):
 # Config fields that change what a model computes without changing a weight's shape: loading a
 # checkpoint into a model that differs in one it records is warned about.
 NUMERICS = ("normalize_inputs", "input_mean", "input_std", "layer_norm_epsilon", "gelu_approximate")
+# Config fields of the image transform a checkpoint ships with (its input statistics, crop and
+# interpolation): a model built for it takes them.
+TRANSFORM = ("normalize_inputs", "input_mean", "input_std", "crop_fraction", "interpolation")
 
 
 class Checkpoint(typing.NamedTuple):
     """A checkpoint as read: weights keyed by keras_vit variable path, the ViTConfig fields it
     implies (None unless asked for), its kind, its class names (None when it has none), and the
     `NUMERICS` fields it records (a keras_vit record, a `.keras` model, a Hugging Face or
-    keras-hub config; {} for files that record none)."""
+    keras-hub config; {} for files that record none), and the `TRANSFORM` fields it ships with
+    (None when it records no input statistics: a bare timm file, a Hugging Face folder without
+    its image processor, a keras-hub model without its image converter)."""
 
     weights: dict
     fields: dict | None
     kind: str
     class_names: tuple | None
     numerics: dict = {}
+    transform: dict | None = None
 
 
 def read_checkpoint(source, infer_config=True):
@@ -99,7 +108,9 @@ def open_checkpoint(source, infer_config=True):
         )
     if keras_hub.is_keras_hub(path):
         weights, fields = keras_hub.read(path)
-        return Checkpoint(weights, fields if infer_config else None, "keras-hub", None, _numerics(fields))
+        return Checkpoint(
+            weights, fields if infer_config else None, "keras-hub", None, _numerics(fields), _transform(fields)
+        )
     if path.suffix == ".keras" or (path.is_dir() and any((path / name).is_file() for name in RUN_CHECKPOINTS)):
         model = saving.load_model(path)
         quantized = sorted({layer.quantization_mode for layer in model._flatten_layers() if layer.quantization_mode})
@@ -113,21 +124,31 @@ def open_checkpoint(source, infer_config=True):
         names = saving.label_names(path, model)
         names = None if names == saving.index_names(model.config.num_classes) else tuple(names)
         fields = model.config.to_dict()
-        return Checkpoint(weights, fields if infer_config else None, "keras", names, _numerics(fields))
+        return Checkpoint(
+            weights, fields if infer_config else None, "keras", names, _numerics(fields), _transform(fields)
+        )
     tensors, hf_config = read_tensors(path)
     recorded, names = official.pop_record(tensors)
+    shipped = {}  # what the files beside the weights say: a timm folder's pretrained_cfg
     if official.is_official(tensors):
         tensors = official.normalise(tensors)
         kind, reader, args = "official", official.config_fields, (tensors,)
         weights = official.to_keras(tensors)
+        # The official and big_vision releases feed x / 127.5 - 1 (the default, unless recorded).
+        transform = {"input_mean": OFFICIAL_MEAN, "input_std": OFFICIAL_STD, **_transform(recorded, {})}
     elif timm.is_timm(tensors):
         kind, reader, args = "timm", timm.config_fields, (tensors,)
         weights = timm.to_keras(tensors)
+        shipped = timm.pretrained_fields(hf_config)
+        transform = _transform({**shipped, **recorded})
     elif huggingface.is_huggingface(tensors):
         processor = huggingface.read_processor(path)
         kind, reader, args = "huggingface", huggingface.config_fields, (hf_config, tensors, processor)
         weights = huggingface.to_keras(tensors)
         names = huggingface.class_names(hf_config)
+        transform = _transform(
+            {**huggingface.input_statistics(processor), **huggingface.input_transform(processor), **recorded}
+        )
     else:
         sample = ", ".join(sorted(tensors)[:5]) or "no tensors"
         raise CheckpointError(
@@ -137,8 +158,8 @@ def open_checkpoint(source, infer_config=True):
     # Loading into an existing model needs no architecture (a timm file does not even say its
     # head count), so the config is read off the tensors only when asked for; a keras_vit .npz
     # file's record adds what they do not tell.
-    fields = {**_fields(reader, path, *args), **recorded} if infer_config else None
-    numerics = recorded
+    fields = {**_fields(reader, path, *args), **shipped, **recorded} if infer_config else None
+    numerics = {**shipped, **recorded}
     if kind == "huggingface" and fields is None:  # a JSON file or two: read whether asked for or not
         try:
             numerics = _fields(reader, path, *args)
@@ -146,11 +167,37 @@ def open_checkpoint(source, infer_config=True):
             numerics = {}
     elif kind == "huggingface":
         numerics = fields
-    return Checkpoint(weights, fields, kind, names, _numerics(numerics))
+    return Checkpoint(weights, fields, kind, names, _numerics(numerics), transform)
 
 
 def _numerics(fields):
     return {name: fields[name] for name in NUMERICS if name in fields}
+
+
+def _transform(fields, none=None):
+    """The `TRANSFORM` fields of `fields`; `none` when they hold no input statistics."""
+    if "input_mean" not in fields:
+        return none
+    return {name: fields[name] for name in TRANSFORM if name in fields}
+
+
+def warn_assumed_normalization(checkpoint, source, config, overrides=()):
+    """Logs one warning when `checkpoint` records no input statistics and `overrides` (the
+    caller's config fields) set none: the model `config` describes then assumes its own, which
+    the warning names with the option that sets them. Returns whether it warned."""
+    if checkpoint.transform is not None or "input_mean" in overrides:
+        return False
+    name = normalization_name(config.input_mean, config.input_std)
+    logger.warning(
+        "keras_vit: %s records no input normalisation: assumed %s (mean %s, std %s in pixels); a model trained with "
+        "others (DeiT, DINOv2: imagenet; EVA-02: clip) needs them named: normalization='imagenet'|'inception'|'clip'|"
+        "'MEAN,STD' (--normalization)",
+        source,
+        repr(name) if name else "the model's",
+        ", ".join(f"{v:g}" for v in config.input_mean),
+        ", ".join(f"{v:g}" for v in config.input_std),
+    )
+    return True
 
 
 def warn_numerics(model, checkpoint, source):
@@ -179,6 +226,12 @@ def adopt_class_names(model, checkpoint):
     if model.class_names is None and names is not None and head is not None and model.config.num_classes:
         if tuple(head.shape) == tuple(model.get_layer("head").kernel.shape) and len(names) == model.config.num_classes:
             model.class_names = names
+
+
+def open_weights(source):
+    """`open_checkpoint(source, infer_config=False)`, or None for a Keras weights file (which
+    `load_weights` reads into the model it is given)."""
+    return None if keras_weights.is_keras_weights(source) else open_checkpoint(source, infer_config=False)
 
 
 def config_fields(source):
@@ -216,7 +269,11 @@ def load_weights(model, source):
     if keras_weights.is_keras_weights(source):
         path = resolve(source)
         return assign(model, keras_weights.read(path, model.config), f"{path.name} (Keras weights)")
-    checkpoint = open_checkpoint(source, infer_config=False)
+    return place(model, open_checkpoint(source, infer_config=False), source)
+
+
+def place(model, checkpoint, source):
+    """`load_weights` of a checkpoint already opened (`open_checkpoint`) from `source`."""
     notes = assign(model, checkpoint.weights, f"{Path(str(source)).name} ({checkpoint.kind})", checkpoint.class_names)
     warn_numerics(model, checkpoint, Path(str(source)).name)
     adopt_class_names(model, checkpoint)

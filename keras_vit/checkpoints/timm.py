@@ -247,3 +247,33 @@ def _eva_family(tensors, fields):
         logger.info("keras_vit: a timm EVA-02 file: its rotary embedding on the %dx%d grid of 224 pixels", *reference)
         return dict(rope="eva02", rope_reference_grid=reference)
     return {}
+
+
+# timm's interpolations that keras_vit's transform has (others, bicubic above all, keep its bilinear).
+_INTERPOLATIONS = ("bilinear", "nearest")
+
+
+def pretrained_fields(hf_config):
+    """The image transform a timm hub folder's `config.json` records in `pretrained_cfg`: its
+    mean and std (in [0, 1], as pixel units here), input size, centre-crop fraction and, where
+    keras_vit's transform has it, interpolation; {} without them. Statistics are rounded to 1e-5
+    pixel levels, as keras_vit.config's constants are, so that the same ones compare equal."""
+    cfg = (hf_config or {}).get("pretrained_cfg")
+    if not isinstance(cfg, dict):
+        return {}
+    fields = {}
+    if cfg.get("mean") is not None and cfg.get("std") is not None:
+        mean, std = np.atleast_1d(np.asarray(cfg["mean"], float)), np.atleast_1d(np.asarray(cfg["std"], float))
+        fields.update(
+            normalize_inputs=True,
+            input_mean=tuple(round(float(m) * 255, 5) for m in mean),
+            input_std=tuple(round(float(s) * 255, 5) for s in std),
+        )
+    size = cfg.get("input_size")
+    if isinstance(size, (list, tuple)) and len(size) == 3:
+        fields["image_size"] = (int(size[1]), int(size[2]))
+    if cfg.get("crop_pct") is not None and cfg.get("crop_mode", "center") == "center":
+        fields["crop_fraction"] = float(cfg["crop_pct"])
+    if cfg.get("interpolation") in _INTERPOLATIONS:
+        fields["interpolation"] = cfg["interpolation"]
+    return fields
