@@ -1,4 +1,4 @@
-"""`keras-vit export`: SavedModel for TF Serving and LiteRT files, checked and reported."""
+"""`keras-vit export`: SavedModel for TF Serving, LiteRT, ONNX and OpenVINO files, checked and reported."""
 
 import argparse
 
@@ -12,14 +12,17 @@ _MODES = names.LITERT_MODES
 def add_parser(subparsers):
     parser = subparsers.add_parser(
         "export",
-        help="export a trained model for TF Serving (SavedModel) and devices (LiteRT/TFLite)",
+        help="export a trained model for TF Serving (SavedModel), devices (LiteRT/TFLite), ONNX Runtime and OpenVINO",
         description="Export a `keras-vit train` run directory (its best checkpoint, labels and data), a "
         ".keras file or a checkpoint. --saved-model writes DIR/NAME/VERSION/ for TF Serving (signatures "
         "serving_default on float pixels and serve_image_bytes on encoded JPEG/PNG/BMP/GIF/WebP, warm-up "
         "requests, models.config), in float32 or, with --saved-model-precision bfloat16, with bf16 matmuls for "
         "CPUs that have them; frozen (--freeze, the default for bfloat16) its weights are graph constants, which "
         "TensorFlow runs faster on CPU. --tflite writes NAME_MODE.tflite files with label metadata "
-        "(MediaPipe-ready, except with --io-type int8 or int16), builtin ops only. Every artifact is run on the "
+        "(MediaPipe-ready, except with --io-type int8 or int16), builtin ops only. --onnx writes NAME_MODE.onnx "
+        "files (standard ONNX ops) and --openvino NAME_MODE.xml/.bin OpenVINO IR files, with the labels and input "
+        "transform as metadata. Each directory gets a SHA256SUMS manifest, which predict and evaluate check. "
+        "Every artifact is run on the "
         "held-out images (--dataset: another data's, needed for calibrated modes of a model without a run); "
         "the report (export_report.json/.md) gives size, top-1, agreement with the Keras model and batch-1 "
         "latency; export_config.yaml beside it "
@@ -31,6 +34,25 @@ def add_parser(subparsers):
     parser.add_argument("source", help="run directory from `keras-vit train`, .keras model file or checkpoint")
     parser.add_argument("--saved-model", metavar="DIR", help="TF Serving model base directory")
     parser.add_argument("--tflite", metavar="DIR", help="directory for the .tflite files")
+    parser.add_argument("--onnx", metavar="DIR", help="directory for the .onnx files (the onnx extra)")
+    parser.add_argument(
+        "--onnx-quantize",
+        nargs="+",
+        metavar="MODE",
+        choices=names.ONNX_MODES,
+        help="ONNX modes (default: all): float32; dynamic (int8 weights, activations quantised per call); int8 "
+        "(weights and activations, calibrated as LiteRT's int8)",
+    )
+    parser.add_argument(
+        "--openvino", metavar="DIR", help="directory for the OpenVINO .xml/.bin files (the openvino extra)"
+    )
+    parser.add_argument(
+        "--openvino-precision",
+        nargs="+",
+        metavar="MODE",
+        choices=names.OPENVINO_MODES,
+        help="OpenVINO CPU inference precisions (default: float32, and bfloat16 where the CPU has AVX512_BF16 or AMX)",
+    )
     parser.add_argument(
         "--quantize",
         nargs="+",
@@ -74,8 +96,10 @@ def add_parser(subparsers):
     parser.add_argument("--dataset", help="training data of a .keras source: digits, tfds:NAME or a folder")
     parser.add_argument("--calibration-size", type=int, help="representative images for int8 (200)")
     parser.add_argument("--eval-limit", type=int, help="held-out images to check on (2000)")
-    parser.add_argument("--threads", type=int, help="LiteRT interpreter threads for the latency (2)")
-    parser.add_argument("--report-dir", help="where the report goes (default: the --tflite or --saved-model dir)")
+    parser.add_argument("--threads", type=int, help="LiteRT, ONNX Runtime and OpenVINO threads for the latency (2)")
+    parser.add_argument(
+        "--report-dir", help="where the report goes (default: the --tflite, --onnx, --openvino or --saved-model dir)"
+    )
     # SavedModel and LiteRT are TensorFlow graphs; the .keras file loads there from any backend.
     parser.set_defaults(run=run, keras_backend="tensorflow")
 
@@ -84,6 +108,10 @@ def add_parser(subparsers):
 _FIELDS = {
     "saved_model": "saved_model_dir",
     "tflite": "tflite_dir",
+    "onnx": "onnx_dir",
+    "onnx_quantize": "onnx_modes",
+    "openvino": "openvino_dir",
+    "openvino_precision": "openvino_modes",
     "quantize": "modes",
     "io_type": "io_type",
     "name": "name",

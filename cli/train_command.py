@@ -208,10 +208,13 @@ def add_parser(subparsers):
         "training) and write RUN_DIR/eval.json; or a .keras file, checkpoint or exported model on the "
         "evaluation split of --dataset (as the run split it when MODEL is a run or a checkpoint in one that "
         "trained on that data, else as train does by default): a SavedModel through its bytes signature (as TF "
-        "Serving answers), a .tflite file on LiteRT with each image cropped and resized as the file records. "
+        "Serving answers), a .tflite file on LiteRT, an .onnx file on ONNX Runtime or an OpenVINO .xml file, with "
+        "each image cropped and resized as the file records (files whose export SHA256SUMS disagrees are refused). "
         "Prints the result as JSON.",
     )
-    evaluate.add_argument("model", help="run directory, .keras file, checkpoint, SavedModel or .tflite file")
+    evaluate.add_argument(
+        "model", help="run directory, .keras file, checkpoint, SavedModel, .tflite, .onnx or .xml file"
+    )
     evaluate.add_argument("--dataset", help="'digits', 'tfds:NAME' or an image folder (default: the run's own)")
     evaluate.add_argument(
         "--split",
@@ -228,9 +231,12 @@ def add_parser(subparsers):
         "with its sub-folders', in name order (links followed), and unreadable ones among them skipped with a warning "
         "(none readable: an error). MODEL is a "
         "run directory (its best.keras, labels and evaluation transform), a .keras file, a checkpoint, or an "
-        "exported SavedModel (answering through its bytes signature, as TF Serving would) or .tflite file.",
+        "exported SavedModel (answering through its bytes signature, as TF Serving would), .tflite, .onnx or "
+        "OpenVINO .xml file.",
     )
-    predict.add_argument("model", help="run directory, .keras file, checkpoint, SavedModel or .tflite file")
+    predict.add_argument(
+        "model", help="run directory, .keras file, checkpoint, SavedModel, .tflite, .onnx or .xml file"
+    )
     predict.add_argument(
         "images",
         nargs="+",
@@ -246,7 +252,7 @@ def add_parser(subparsers):
         "--crop",
         type=float,
         help="centre-crop fraction before resizing (default: the model's own, its config's crop_fraction, "
-        f"{names.EVAL_CROP} unless trained otherwise; 1: resize only; for a .tflite file the fraction it records)",
+        f"{names.EVAL_CROP} unless trained otherwise; 1: resize only; for an exported file the fraction it records)",
     )
     predict.add_argument(
         "--json",
@@ -404,8 +410,8 @@ def _evaluate_exported(args, model, chunk=256):
         result["saved_model"] = str(model.path)
         if model.path.name.isdigit():
             result["version"] = int(model.path.name)
-    else:
-        result["tflite"] = str(model.path)
+    else:  # the file's format: tflite, onnx or openvino
+        result[{".xml": "openvino"}.get(model.path.suffix, model.path.suffix[1:])] = str(model.path)
     return result
 
 

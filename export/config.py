@@ -8,7 +8,7 @@ from pathlib import Path
 from keras_vit.config import check_fields, check_types, read_yaml_options, to_plain_dict
 from keras_vit.export.litert import IO_TYPES
 from keras_vit.export.source import ExportError
-from keras_vit.names import LITERT_MODES, SAVED_MODEL_PRECISIONS
+from keras_vit.names import LITERT_MODES, ONNX_MODES, OPENVINO_MODES, SAVED_MODEL_PRECISIONS
 
 CONFIG_FILE = "export_config.yaml"  # written beside the report: how the export was made
 # A model name TF Serving takes: the `name: "..."` of models.config (no quotes, backslashes or
@@ -41,12 +41,15 @@ class ExportConfig:
     Artifacts: `saved_model_dir` (TF Serving layout `NAME/VERSION/`; `saved_model_precision`:
     "float32" or "bfloat16", default the model's own; `freeze`: weights as graph constants,
     default only for bfloat16) and/or `tflite_dir` (`{name}_{mode}.tflite` per mode of
-    `modes`; `io_type`: the input/output type of the calibrated modes). `prune` (sparsity in (0, 1)) and `cluster`
-    (number of shared values): fine-tuned `finetune_epochs` through the tfmot bridge, exported
-    as float32 and, with "int8" among `modes`, int8; `qat_epochs`: quantisation-aware
-    fine-tuning, exported as int8. Checks: `calibration_size` training images calibrate,
-    `eval_limit` held-out images check every artifact, `threads` LiteRT threads time it;
-    the report goes to `report_dir` (default: the TFLite, else SavedModel directory).
+    `modes`; `io_type`: the input/output type of the calibrated modes), `onnx_dir`
+    (`{name}_{mode}.onnx` per mode of `onnx_modes`) and `openvino_dir` (`{name}_{mode}.xml` and
+    `.bin` per mode of `openvino_modes`; None: float32, and bfloat16 where the CPU has it).
+    `prune` (sparsity in (0, 1)) and `cluster` (number of shared values): fine-tuned
+    `finetune_epochs` through the tfmot bridge, exported as float32 and, with "int8" among
+    `modes`, int8; `qat_epochs`: quantisation-aware fine-tuning, exported as int8. Checks:
+    `calibration_size` training images calibrate, `eval_limit` held-out images check every
+    artifact, `threads` LiteRT, ONNX Runtime and OpenVINO threads time it; the report goes to
+    `report_dir` (default: the TFLite, ONNX, OpenVINO, else SavedModel directory).
     """
 
     saved_model_dir: str | None = None
@@ -66,10 +69,16 @@ class ExportConfig:
     eval_limit: int = 2000
     threads: int = 2
     report_dir: str | None = None
+    onnx_dir: str | None = None
+    onnx_modes: tuple = ONNX_MODES
+    openvino_dir: str | None = None
+    openvino_modes: tuple | None = None
 
     def __post_init__(self):
-        self.modes = (self.modes,) if isinstance(self.modes, str) else tuple(dict.fromkeys(self.modes))  # once each
-        for path in ("saved_model_dir", "tflite_dir", "report_dir"):
+        self.modes = _once_each(self.modes)
+        self.onnx_modes = _once_each(self.onnx_modes)
+        self.openvino_modes = None if self.openvino_modes is None else _once_each(self.openvino_modes)
+        for path in ("saved_model_dir", "tflite_dir", "report_dir", "onnx_dir", "openvino_dir"):
             if getattr(self, path) is not None:  # `~/export` in a YAML file (no shell expands it)
                 setattr(self, path, os.path.expanduser(str(getattr(self, path))))
         try:  # a YAML file's `calibration_size: lots`, say
@@ -79,11 +88,17 @@ class ExportConfig:
         unknown = [m for m in self.modes if m not in LITERT_MODES]
         if unknown:
             raise ExportError(f"unknown quantisation mode {unknown[0]!r}; choose from {', '.join(LITERT_MODES)}.")
+        for modes, known, what in (
+            (self.onnx_modes, ONNX_MODES, "ONNX"),
+            (self.openvino_modes or (), OPENVINO_MODES, "OpenVINO"),
+        ):
+            if unknown := [m for m in modes if m not in known]:
+                raise ExportError(f"unknown {what} mode {unknown[0]!r}; choose from {', '.join(known)}.")
         io_types = {"float32"}.union(*IO_TYPES.values())
         if self.io_type not in io_types:
             raise ExportError(f"unknown input/output type {self.io_type!r}; choose from {', '.join(sorted(io_types))}.")
-        if not self.saved_model_dir and not self.tflite_dir:
-            raise ExportError("nothing to export: give a SavedModel directory, a TFLite directory or both.")
+        if not any(self.directories.values()):
+            raise ExportError("nothing to export: give a SavedModel, TFLite, ONNX or OpenVINO directory (or several).")
         if self.io_type != "float32" and not any(self.io_type in IO_TYPES.get(m, ()) for m in self.modes):
             takes = "; ".join(f"{m}: {', '.join(IO_TYPES[m])}" for m in IO_TYPES)
             raise ExportError(
@@ -97,7 +112,7 @@ class ExportConfig:
                 f"name {self.name!r} is not a file name (no folders): it names the NAME_MODE.tflite files and the "
                 "SavedModel's NAME/VERSION folder."
             )
-        for name in ("saved_model_dir", "tflite_dir", "report_dir"):
+        for name in ("saved_model_dir", "tflite_dir", "report_dir", "onnx_dir", "openvino_dir"):
             if getattr(self, name) and Path(getattr(self, name)).is_file():
                 raise ExportError(f"{name} {getattr(self, name)} is a file; export writes into a folder.")
         if self.tflite_dir and Path(self.tflite_dir).suffix.lower() == ".tflite" and not Path(self.tflite_dir).is_dir():
@@ -124,6 +139,12 @@ class ExportConfig:
             raise ExportError(f"cluster (the number of shared values) must be at least 2; got {self.cluster}.")
         if self.version is not None and self.version < 1:
             raise ExportError(f"version must be a positive integer; got {self.version}.")
+
+    @property
+    def directories(self):
+        """`{format: directory}` of the formats to write (SavedModel, TFLite, ONNX, OpenVINO)."""
+        formats = ("saved_model", "tflite", "onnx", "openvino")
+        return {f: getattr(self, f"{f}_dir") for f in formats if getattr(self, f"{f}_dir")}
 
     @property
     def fine_tunes(self):
@@ -160,3 +181,8 @@ class ExportConfig:
         except ValueError as error:
             raise ExportError(str(error)) from None
         return cls.from_dict({**values, **overrides})
+
+
+def _once_each(modes):
+    """A tuple of `modes` (one mode or several) without repeats, in order."""
+    return (modes,) if isinstance(modes, str) else tuple(dict.fromkeys(modes))

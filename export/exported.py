@@ -1,7 +1,9 @@
 """Classifying images with exported files as their runtimes do: a SavedModel through its
 encoded-bytes signature (what a TF Serving client sends), a `.tflite` file on LiteRT's
-interpreter with each image cropped and resized to its input as the Keras model's transform does (the
-crop fraction and interpolation its metadata records)."""
+interpreter, an `.onnx` file on ONNX Runtime and an OpenVINO `.xml` file on its CPU plugin, with
+each image cropped and resized to its input as the Keras model's transform does (the crop
+fraction and interpolation its metadata records). A file whose export manifest (`SHA256SUMS`)
+records another digest is refused."""
 
 import json
 from pathlib import Path
@@ -9,8 +11,9 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
+from keras_vit.export import manifest
 from keras_vit.export.litert import LiteRTModel
-from keras_vit.export.metadata import read_labels, read_record
+from keras_vit.export.metadata import from_properties, read_labels, read_record
 from keras_vit.export.serving import BYTES_SIGNATURE, DATA_SPLIT_PATH
 from keras_vit.export.source import ExportError
 from keras_vit.names import DATA_SPLIT_FILE, IMAGE_TRANSFORM_FILE, LABELS_FILE, RUN_CHECKPOINTS
@@ -19,37 +22,51 @@ from keras_vit.transform import ImageTransform, to_channels
 
 # Encoded images per call of the SavedModel's bytes signature.
 SERVING_BATCH = 32
+# Exported files that hold one classifier each: LiteRT, ONNX, OpenVINO IR (with its .bin).
+FILE_SUFFIXES = (".tflite", ".onnx", ".xml")
+_RUNTIMES = {".tflite": "LiteRT", ".onnx": "ONNX", ".xml": "OpenVINO"}
 
 
 def is_exported(path):
-    """Whether `path` is a `.tflite` file, a directory of them (`export --tflite`), a SavedModel
-    directory, an `export --saved-model` directory (models.config beside `NAME/VERSION/`
-    SavedModels) or a model's folder in one (`NAME`)."""
+    """Whether `path` is a `.tflite`, `.onnx` or OpenVINO `.xml` file, a directory of them
+    (`export --tflite`, `--onnx`, `--openvino`), a SavedModel directory, an `export --saved-model`
+    directory (models.config beside `NAME/VERSION/` SavedModels) or a model's folder in one
+    (`NAME`)."""
     path = Path(path)
     if any((path / name).is_file() for name in RUN_CHECKPOINTS):  # a run directory exported into
         return False
-    return path.suffix == ".tflite" or holds_saved_model(path) or any(path.glob("*.tflite"))
+    return path.suffix in FILE_SUFFIXES or holds_saved_model(path) or bool(_exported_files(path))
+
+
+def _exported_files(directory):
+    return sorted(f for suffix in FILE_SUFFIXES for f in Path(directory).glob(f"*{suffix}"))
 
 
 def load_exported(path, crop=None):
-    """A `SavedModelClassifier` or `TFLiteClassifier` for `path` (see `is_exported`); of an
-    export directory or model folder with several versions, the newest; of a directory with one `.tflite` file,
-    that file. `crop`: the centre-crop fraction a `.tflite` file's images get before resizing
-    (default: the one its metadata records, the model's own; 1 for files without it); a
-    SavedModel crops as it was exported."""
+    """A `SavedModelClassifier`, `TFLiteClassifier` or `RuntimeClassifier` (ONNX, OpenVINO) for
+    `path` (see `is_exported`), checked against its export manifest; of an export directory or
+    model folder with several versions, the newest; of a directory with one exported file, that
+    file. `crop`: the centre-crop fraction a file's images get before resizing (default: the one
+    its metadata records, the model's own; 1 for files without it); a SavedModel crops as it was
+    exported."""
     path = Path(path)
-    files = sorted(path.glob("*.tflite")) if path.is_dir() and not holds_saved_model(path) else []
+    files = _exported_files(path) if path.is_dir() and not holds_saved_model(path) else []
     if len(files) > 1:
         listed = ", ".join(f.name for f in files)
-        raise ExportError(f"{path} holds the LiteRT files {listed}; name one, e.g. {files[0]}.")
+        runtimes = "/".join(dict.fromkeys(_RUNTIMES[f.suffix] for f in files))
+        raise ExportError(f"{path} holds the {runtimes} files {listed}; name one, e.g. {files[0]}.")
     path = files[0] if files else path
-    if path.suffix == ".tflite":
+    if path.suffix in FILE_SUFFIXES:
         if not path.is_file():
-            raise ExportError(f"LiteRT file not found: {path}")
-        return TFLiteClassifier(path, crop)
+            raise ExportError(f"{_RUNTIMES[path.suffix]} file not found: {path}")
+        manifest.verify([path, path.with_suffix(".bin")] if path.suffix == ".xml" else [path])
+        if path.suffix == ".tflite":
+            return TFLiteClassifier(path, crop)
+        return RuntimeClassifier(path, crop)
     if crop is not None:
         raise ExportError(
-            "a SavedModel crops and resizes in its own graph, as exported; --crop applies to .tflite files."
+            "a SavedModel crops and resizes in its own graph, as exported; --crop applies to .tflite files and the "
+            "ONNX and OpenVINO files."
         )
     if numbered := versions(path):
         path = numbered[-1]
@@ -59,6 +76,7 @@ def load_exported(path, crop=None):
         if len(names) > 1:
             raise ExportError(f"{path} holds the SavedModels {', '.join(names)}; name one, e.g. {path / names[0]}.")
         path = found[-1].parent
+    manifest.verify(sorted(p for p in Path(path).rglob("*") if p.is_file()))
     return SavedModelClassifier(path)
 
 
@@ -119,4 +137,42 @@ class TFLiteClassifier:
         grayscale file, Pillow's grayscale of them)."""
         channels = int(self._model.input["shape"][3])
         pixels = [np.asarray(self._transform(to_channels(image, channels))) for image in images]
+        return self._model.predict(np.stack(pixels))
+
+
+class RuntimeClassifier:
+    """An `.onnx` file on ONNX Runtime or an OpenVINO `.xml` file on its CPU plugin (in the
+    precision it records), with the labels, data split and image transform of its metadata, as
+    `TFLiteClassifier`'s."""
+
+    takes_bytes = False
+
+    def __init__(self, path, crop=None):
+        self.path = Path(path)
+        try:
+            if self.path.suffix == ".onnx":
+                from keras_vit.export import onnx_model
+
+                onnx_model.check_installed(converting=False)
+                self._model = onnx_model.OnnxModel(self.path.read_bytes())
+            else:
+                from keras_vit.export import openvino_model
+
+                openvino_model.check_installed()
+                self._model = openvino_model.OpenVINOModel(self.path)
+        except (ValueError, RuntimeError) as error:
+            if isinstance(error, ExportError):
+                raise
+            runtime = _RUNTIMES[self.path.suffix]
+            raise ExportError(f"cannot load the {runtime} file {path}: {' '.join(str(error).split())[:200]}") from None
+        self.labels, transform, self.data_split = from_properties(self._model.properties)
+        transform = transform or {}
+        crop = transform.get("crop_fraction", 1.0) if crop is None else crop
+        height, width, self._channels = (int(s) for s in self._model.input_shape)
+        self._transform = ImageTransform((height, width), crop, transform.get("interpolation", "bilinear"))
+
+    def probabilities(self, images):
+        """`(N, classes)` probabilities of uint8 RGB images `(H, W, 3)` of any size (for a
+        grayscale file, Pillow's grayscale of them)."""
+        pixels = [np.asarray(self._transform(to_channels(image, self._channels))) for image in images]
         return self._model.predict(np.stack(pixels))

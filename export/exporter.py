@@ -11,21 +11,25 @@ from pathlib import Path
 
 import numpy as np
 
-from keras_vit.export import litert, metadata, report, serving
+from keras_vit.export import litert, manifest, metadata, report, serving
 from keras_vit.export.config import ExportConfig
 from keras_vit.export.source import ExportError, require_tensorflow_backend
 from keras_vit.progress import progress_bar
 from keras_vit.saving import in_policy
 
 logger = logging.getLogger("keras_vit")
-LATENCY_NOTE = "median of 20 batch-1 runs (LiteRT: ai_edge_litert, {threads} threads; SavedModel: TensorFlow)"
+LATENCY_NOTE = (
+    "median of 20 batch-1 runs (LiteRT: ai_edge_litert, ONNX: onnxruntime, OpenVINO: its CPU plugin, {threads} "
+    "threads; SavedModel: TensorFlow)"
+)
 
 
 def export(source, config=None, **options):
     """Exports `source` (an `ExportSource`) as `config` (an `ExportConfig`; `options` are its
     fields, given instead or overriding it) and returns the report, also written as
     `export_report.json`/`.md` with the config as `export_config.yaml` to the report directory
-    (default: the TFLite, else the SavedModel directory)."""
+    (default: the TFLite, ONNX, OpenVINO, else the SavedModel directory). Each directory written
+    gets a `SHA256SUMS` manifest of its files."""
     require_tensorflow_backend()
     if config is None:
         config = ExportConfig(**options)
@@ -38,6 +42,27 @@ def export(source, config=None, **options):
         taken = [f for f, *_ in plan if (Path(c.tflite_dir) / f).exists()]
         if taken:
             raise ExportError(f"{Path(c.tflite_dir) / taken[0]} exists; pass --overwrite to replace it.")
+    if c.onnx_dir:
+        from keras_vit.export import onnx_model
+
+        onnx_model.check_installed()
+    openvino_modes = ()
+    if c.openvino_dir:
+        from keras_vit.export import openvino_model
+
+        openvino_model.check_installed()
+        openvino_modes = _openvino_modes(c.openvino_modes, openvino_model.cpu_modes())
+    other_files = [(c.onnx_dir, f"{c.name}_{mode}.onnx") for mode in (c.onnx_modes if c.onnx_dir else ())]
+    other_files += [
+        (c.openvino_dir, f"{c.name}_{mode}{suffix}") for mode in openvino_modes for suffix in (".xml", ".bin")
+    ]
+    if not c.overwrite and (taken := [Path(d) / f for d, f in other_files if (Path(d) / f).exists()]):
+        raise ExportError(f"{taken[0]} exists; pass --overwrite to replace it.")
+    if c.onnx_dir and "int8" in c.onnx_modes and source.calibration_images is None:
+        raise ExportError(
+            "the ONNX int8 mode needs calibration images: export a run directory, pass --dataset, or choose "
+            "--onnx-quantize among float32 dynamic."
+        )
     if c.saved_model_dir:  # a version that exists, refused before any file is written (it was after the LiteRT files)
         serving.version_directory(c.saved_model_dir, c.name, c.version, c.overwrite)
     needs_calibration = any(mode in litert.CALIBRATED for _, _, mode in plan)
@@ -77,6 +102,12 @@ def export(source, config=None, **options):
             c.threads,
             c.finetune_epochs,
         )
+    checks = (images, labels, reference, c.threads)
+    float_source = dataclasses.replace(source, model=float32_model)
+    if c.onnx_dir:
+        rows += _export_onnx(float_source, c.onnx_modes, Path(c.onnx_dir), c.name, checks)
+    if openvino_modes:
+        rows += _export_openvino(float_source, openvino_modes, Path(c.openvino_dir), c.name, checks)
     if c.saved_model_dir:
         model, policy, freeze = serving.serving_model(source.model, c.saved_model_precision, c.freeze)
         target = serving.save_serving_model(
@@ -88,6 +119,7 @@ def export(source, config=None, **options):
             freeze=freeze,
         )
         kind = f"{policy}, frozen" if freeze else policy
+        manifest.record_tree(c.saved_model_dir, target)
         rows.insert(0, _measure_saved_model(target, images, labels, reference, kind))
     result = {
         "model": c.name,
@@ -97,7 +129,7 @@ def export(source, config=None, **options):
         "latency_note": LATENCY_NOTE.format(threads=c.threads),
         "artifacts": rows,
     }
-    report_dir = c.report_dir or c.tflite_dir or c.saved_model_dir
+    report_dir = c.report_dir or c.tflite_dir or c.onnx_dir or c.openvino_dir or c.saved_model_dir
     result["table"] = report.write(result, report_dir)
     c.write(report_dir)
     return result
@@ -178,6 +210,7 @@ def _export_tflite(source, plan, values, directory, name, io_type, images, label
         progress.update(len(plan), finalize=True)
         for _, row in zip(plan, rows):
             os.replace(staging / row["artifact"], directory / row["artifact"])
+        manifest.record(directory, [directory / row["artifact"] for row in rows])
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return rows
@@ -202,6 +235,106 @@ def _variant(variant, value, source, bridge, epochs):
     clustered = bridge.cluster(model, source, value, epochs)
     distinct = max(len(np.unique(np.asarray(w))) for w in clustered.weights if bridge.pruned_or_clustered(w.path))
     return litert.keras_module(clustered), {"clusters": value, "max_distinct_kernel_values": distinct}
+
+
+def _openvino_modes(asked, native):
+    """The OpenVINO modes to write: `asked` (None: those the CPU runs natively, `native`);
+    ExportError for a mode the CPU lacks, whose file would not be checked as it runs."""
+    if asked is None:
+        return native
+    if lacking := [mode for mode in asked if mode not in native]:
+        raise ExportError(
+            f"this CPU has no native {lacking[0]} (OpenVINO finds no BF16: AVX512_BF16 or AMX), so its file could "
+            "not be checked here; export it on such a CPU."
+        )
+    return asked
+
+
+def _staged_rows(directory, write_and_measure):
+    """Runs `write_and_measure(staging)` (-> report rows, each with the `files` it wrote into the
+    staging folder) and moves the files into `directory`, recorded in its manifest."""
+    directory.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".export.", dir=directory))
+    try:
+        rows = write_and_measure(staging)
+        moved = []
+        for row in rows:
+            for name in row.pop("files"):
+                os.replace(staging / name, directory / name)
+                moved.append(directory / name)
+        manifest.record(directory, moved)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return rows
+
+
+def _export_onnx(source, modes, directory, name, checks):
+    from keras_vit.export import onnx_model
+
+    images, labels, reference, threads = checks
+    properties = metadata.model_properties(source.labels, source.model.config, source.data_split)
+
+    def write_and_measure(staging):
+        float_bytes = onnx_model.convert(litert.keras_module(source.model, batch=None), properties)
+        rows = []
+        for mode in modes:
+            data = onnx_model.quantize(float_bytes, mode, source.calibration_images)
+            ops = onnx_model.check_ops(data, mode)
+            file = f"{name}_{mode}.onnx"
+            (staging / file).write_bytes(data)
+            runner = onnx_model.OnnxModel(data, num_threads=threads)
+            latency = report.median_ms(lambda runner=runner: runner.predict(images[:1]))
+            rows.append(
+                report.measure(
+                    file,
+                    "onnx",
+                    directory / file,
+                    data,
+                    runner.predict(images),
+                    reference,
+                    labels,
+                    latency,
+                    mode=mode,
+                    ops=ops,
+                    files=[file],
+                )
+            )
+        return rows
+
+    return _staged_rows(directory, write_and_measure)
+
+
+def _export_openvino(source, modes, directory, name, checks):
+    from keras_vit.export import openvino_model
+
+    images, labels, reference, threads = checks
+    properties = metadata.model_properties(source.labels, source.model.config, source.data_split)
+    module = litert.keras_module(source.model, batch=None)
+
+    def write_and_measure(staging):
+        rows = []
+        for mode in modes:
+            xml, weights = openvino_model.save(module, staging / f"{name}_{mode}.xml", mode, properties)
+            runner = openvino_model.OpenVINOModel(xml, num_threads=threads)
+            latency = report.median_ms(lambda runner=runner: runner.predict(images[:1]))
+            data = xml.read_bytes() + weights.read_bytes()  # the size and gzip size of both files
+            rows.append(
+                report.measure(
+                    f"{xml.name} (OpenVINO, {runner.precision})",
+                    "openvino",
+                    directory / xml.name,
+                    data,
+                    runner.predict(images),
+                    reference,
+                    labels,
+                    latency,
+                    mode=mode,
+                    files=[xml.name, weights.name],
+                )
+            )
+        return rows
+
+    return _staged_rows(directory, write_and_measure)
 
 
 STAND_IN_IMAGES = 16

@@ -33,28 +33,30 @@ MIXED_FLOAT_OPS = ("SOFTMAX", "GELU", "RSQRT", "MEAN", "SUB", "MUL")
 
 
 class ClassifierModule(tf.Module):
-    """Batch-1 `(1, H, W, C)` float pixels in [0, 255] -> `probability` (one output, as
-    on-device classifiers expect). `predict` maps images to logits; `variables` are the
-    tf.Variables to save (Keras 3 variables are not tracked by tf.Module)."""
+    """`(batch, H, W, C)` float pixels in [0, 255] -> `probability` (one output, as on-device
+    classifiers expect), `batch` 1 for LiteRT (None: any). `predict` maps images to logits;
+    `variables` are the tf.Variables to save (Keras 3 variables are not tracked by tf.Module)."""
 
-    def __init__(self, predict, variables, image_size, channels=3):
+    def __init__(self, predict, variables, image_size, channels=3, batch=1):
         super().__init__()
         self._predict, self._weights = predict, list(variables)
-        spec = tf.TensorSpec((1,) + tuple(image_size) + (channels,), tf.float32, "image")
+        spec = tf.TensorSpec((batch,) + tuple(image_size) + (channels,), tf.float32, "image")
         self.classify = tf.function(
             lambda image: {"probability": tf.nn.softmax(tf.cast(self._predict(image), tf.float32), -1)},
             input_signature=[spec],
         )
 
 
-def keras_module(model):
-    """`model` (a keras_vit ViT, TensorFlow backend) as the `ClassifierModule` `convert` takes."""
+def keras_module(model, batch=1):
+    """`model` (a keras_vit ViT, TensorFlow backend) as the `ClassifierModule` `convert` takes
+    (`batch` None: any batch, for the ONNX and OpenVINO files)."""
     require_tensorflow_backend()
     return ClassifierModule(
         lambda x: model(x, training=False),
         [v.value for v in model.variables],
         model.config.image_size,
         model.config.channels,
+        batch,
     )
 
 

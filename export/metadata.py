@@ -36,6 +36,38 @@ def model_records(config, data_split):
     }
 
 
+# The input record of an ONNX or OpenVINO file (their metadata has no image schema as TFLite's has):
+# the input's shape and pixel range, and the normalisation a runtime applies before feeding it
+# (none: the model maps [0, 255] pixels itself).
+INPUT_RECORD = "input.json"
+
+
+def model_properties(labels, config, data_split):
+    """The string properties an ONNX file (metadata_props) or OpenVINO file (rt_info `keras_vit`)
+    carries: the label names (`labels.txt`, one per line), `input.json` and the JSON records of
+    `model_records`, each under its file name."""
+    size = [int(s) for s in config.image_size]
+    pixels = {
+        "shape": ["batch", *size, int(config.channels)],
+        "dtype": "float32",
+        "value_range": [0.0, 255.0],
+        "mean": [0.0] * int(config.channels),
+        "std": [1.0] * int(config.channels),
+        "output": "probability: (batch, classes) float32 class probabilities (softmax applied), in label order",
+    }
+    records = {name: value for name, (value, _) in model_records(config, data_split).items() if value is not None}
+    properties = {LABELS_NAME: "\n".join(labels) + "\n", INPUT_RECORD: json.dumps(pixels)}
+    properties.update({name: json.dumps(value) for name, value in records.items()})
+    return properties
+
+
+def from_properties(properties):
+    """(labels, image transform, data split) of `model_properties`' strings (None where absent)."""
+    labels = properties.get(LABELS_NAME)
+    records = [properties.get(name) for name in (IMAGE_TRANSFORM_FILE, DATA_SPLIT_FILE)]
+    return (None if labels is None else labels.splitlines(), *(None if r is None else json.loads(r) for r in records))
+
+
 def with_metadata(model_bytes, name, description, labels, image_size, mean=(0.0,) * 3, std=(1.0,) * 3, records=None):
     """`model_bytes` with image-classifier metadata and the label file attached, and `records`
     as JSON files of the model: `{file name: (value, description)}` (see `model_records`; a

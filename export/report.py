@@ -3,6 +3,7 @@ model and batch-1 latency, as JSON and as a Markdown table."""
 
 import gzip
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +38,18 @@ def measure(name, kind, path, data, probabilities, reference, labels=None, laten
         "latency_ms": None if latency_ms is None else round(latency_ms, 3),
         **extra,
     }
+
+
+def median_ms(call, repeats=20, warmup=3):
+    """Median wall time of `call()` in milliseconds, after `warmup` calls."""
+    for _ in range(warmup):
+        call()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return 1000.0 * float(np.median(times))
 
 
 def write(report, directory):

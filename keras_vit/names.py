@@ -114,6 +114,15 @@ AUGMENTS = ("inception", "translate", "affine")
 # LiteRT (TFLite) conversions of keras_vit.export: float32, float16 weights, dynamic-range int8,
 # full int8, int8 with float LayerNorm/softmax/GELU, int16 activations with int8 weights.
 LITERT_MODES = ("float32", "float16", "dynamic", "int8", "int8-mixed", "int16x8")
+# ONNX files (onnxruntime's quantisation): float32, int8 weights with activations quantised per call
+# (dynamic), and int8 weights and activations calibrated on training images (int8, QDQ format).
+ONNX_MODES = ("float32", "dynamic", "int8")
+# OpenVINO IR files by the CPU inference precision they record: float32, or bf16 matmuls (CPUs with
+# AVX512_BF16 or AMX; the default precision there would be bf16 for every file without the record).
+OPENVINO_MODES = ("float32", "bfloat16")
+# Beside every exported file, in its directory: `sha256sum` lines (`HEX  PATH`) of the export's files,
+# checked by `predict` and `evaluate` before they load one (`sha256sum -c SHA256SUMS` checks them too).
+EXPORT_MANIFEST = "SHA256SUMS"
 
 # Precisions of the exported SavedModel -> the Keras dtype policy its model is built in
 # (bfloat16: bf16 matmuls for CPUs with AVX512_BF16 or AMX, float32 logits).

@@ -1,0 +1,70 @@
+"""OpenVINO IR files of a classifier (`NAME_MODE.xml` with its `.bin` weights), converted by
+OpenVINO from the same TensorFlow function as the LiteRT files (with any batch), float32 weights,
+the model's metadata and the CPU inference precision they are run in under rt_info `keras_vit`;
+and a runner on OpenVINO's CPU plugin in that precision."""
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+
+from keras_vit.export.source import ExportError
+from keras_vit.names import OPENVINO_MODES as MODES
+
+INSTALL_HINT = 'pip install "keras3-vit[openvino]"'
+RT_INFO = "keras_vit"  # rt_info section of the model's properties (metadata.model_properties)
+PRECISION_KEY = "inference_precision"  # in that section: the precision the file is run in
+# OpenVINO's names of the modes' CPU inference precisions (INFERENCE_PRECISION_HINT). The CPU
+# plugin's own default on CPUs with AVX512_BF16 or AMX is bf16, so the float32 file needs its "f32".
+PRECISIONS = {"float32": "f32", "bfloat16": "bf16"}
+
+
+def check_installed():
+    """Raises an ExportError naming the extra when openvino is missing."""
+    if importlib.util.find_spec("openvino") is None:
+        raise ExportError(f"OpenVINO files need openvino, which is not installed: {INSTALL_HINT}.")
+
+
+def cpu_modes():
+    """The modes this machine's CPU runs natively: bfloat16 only where OpenVINO finds BF16."""
+    import openvino as ov
+
+    capabilities = ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+    return tuple(mode for mode in MODES if mode == "float32" or "BF16" in capabilities)
+
+
+def save(module, path, mode, properties):
+    """Converts `module` (a `ClassifierModule` with any batch) and writes `path` (.xml) and its
+    `.bin`: input `image` `(batch, H, W, C)` float pixels in [0, 255], output `probability`;
+    `properties` (str -> str) and the mode's precision in rt_info. Returns the two paths."""
+    import openvino as ov
+
+    if mode not in MODES:
+        raise ExportError(f"unknown OpenVINO mode {mode!r}; choose from {', '.join(MODES)}.")
+    model = ov.convert_model(module.classify)
+    for key, value in {**properties, PRECISION_KEY: PRECISIONS[mode]}.items():
+        model.set_rt_info(value, [RT_INFO, key])
+    path = Path(path)
+    ov.save_model(model, path, compress_to_fp16=False)
+    return path, path.with_suffix(".bin")
+
+
+class OpenVINOModel:
+    """An OpenVINO IR classifier (the .xml path) compiled for the CPU in the precision it records
+    (float32 for files without the record): float pixels `(N, H, W, C)` in, probabilities out."""
+
+    def __init__(self, path, num_threads=2):
+        import openvino as ov
+
+        core = ov.Core()
+        model = core.read_model(str(path))
+        keys = list(dict(model.get_rt_info()).get(RT_INFO, {}))
+        self.properties = {key: model.get_rt_info([RT_INFO, key]).astype(str) for key in keys}
+        self.precision = self.properties.pop(PRECISION_KEY, PRECISIONS["float32"])
+        config = {"INFERENCE_PRECISION_HINT": self.precision, "INFERENCE_NUM_THREADS": num_threads}
+        self.compiled = core.compile_model(model, "CPU", config)
+        self.input_shape = tuple(int(d) for d in model.inputs[0].get_partial_shape()[1:].to_shape())
+
+    def predict(self, images, batch_size=64):
+        images = np.asarray(images, np.float32)
+        return np.concatenate([self.compiled(images[i : i + batch_size])[0] for i in range(0, len(images), batch_size)])
