@@ -8,6 +8,8 @@ TIMM_MODES = ("eager", "compile", "eager_bf16", "compile_bf16")
 COMPILERS = ("xla", "graph")  # Keras: jit_compile=True (XLA) or False (TensorFlow graph, oneDNN kernels)
 INFERENCE_COMPILERS = COMPILERS + ("frozen",)  # and the graph with its weights as constants (export --freeze)
 LITERT_MODES = tuple(m for m in names.LITERT_MODES if m != "int16x8")  # the modes timed: all but int16x8
+# ONNX Runtime beside LiteRT: the modes both have (int8 weights with dynamic activations; full int8).
+ONNX_MODES = tuple(m for m in names.ONNX_MODES if m in names.LITERT_MODES)
 
 # The photo-size pipeline case, also timed with RandAugment.
 PIPELINE_224 = dict(
@@ -103,7 +105,7 @@ SUITES = {
                 timm_modes=TIMM_MODES,
             ),
         ],
-        "litert": [dict(name="S/16 LiteRT b1", model="vit_s16", modes=LITERT_MODES)],
+        "litert": [dict(name="S/16 LiteRT b1", model="vit_s16", modes=LITERT_MODES, onnx_modes=ONNX_MODES)],
         # the issue's agreement bar, on the digits default as `keras-vit train` trains it
         "agreement": [dict(name="digits bf16 agreement", dtypes=("mixed_bfloat16",), compilers=INFERENCE_COMPILERS)],
         "pipeline": [
@@ -283,10 +285,13 @@ def targets(results, suite, peak_gflops):
                     check(f"{name}: first step seconds ({mode})", r["first_step_s"], 10.0, at_least=False)
     for r in results.get("agreement", []):  # a trained model: random weights' near-ties do not count
         check(f"{r['case']}: {mode_label(r)} top-1 agreement with float32", r["agreement_with_float32"], 0.99)
-    litert = {r["mode"]: r["latency_ms"] for r in results.get("litert", [])}
+    litert = {r["mode"]: r["latency_ms"] for r in results.get("litert", []) if r["implementation"] == "keras_vit"}
+    onnx = {r["mode"]: r["latency_ms"] for r in results.get("litert", []) if r["implementation"] == "onnxruntime"}
     for mode, label in (("int8", "full-int8"), ("int8-mixed", "int8-mixed (float softmax, GELU, normalisation)")):
         if mode in litert and "float32" in litert:
             check(f"LiteRT {label} latency / float32 latency", litert[mode] / litert["float32"], 0.35, at_least=False)
+    for mode in (m for m in ONNX_MODES if m in litert and m in onnx):
+        check(f"LiteRT {mode} latency / ONNX Runtime {mode} latency", litert[mode] / onnx[mode], 1.0, at_least=False)
     for case in SUITES[suite].get("pipeline", []):
         pipe = _rate(results.get("pipeline", []), case["name"], "keras_vit")
         for r in results.get("pipeline", []):

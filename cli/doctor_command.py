@@ -18,7 +18,7 @@ OTHER_DISTRIBUTION = "keras-vit"
 # package data): their declared requirements clash with tensorflow-cpu although the code works.
 NO_DEPS_FILE = "no-deps.txt"
 # Extras a user installs (setup.cfg); `dev` is the test suite's.
-USER_EXTRAS = ("tensorflow", "tensorflow-cpu", "jax", "training", "export", "inspect")
+USER_EXTRAS = ("tensorflow", "tensorflow-cpu", "jax", "training", "export", "onnx", "openvino", "inspect")
 BACKEND_EXTRAS = ("tensorflow", "tensorflow-cpu", "jax")
 
 

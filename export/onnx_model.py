@@ -12,7 +12,7 @@ import numpy as np
 from keras_vit.export.source import ExportError
 from keras_vit.names import ONNX_MODES as MODES
 
-INSTALL_HINT = 'pip install "keras3-vit[onnx]" (onnx, onnxruntime, tf2onnx)'
+INSTALL_HINT = 'pip install "keras3-vit[onnx]"'
 CALIBRATED = ("int8",)
 # ONNX Runtime 1.11 on, OpenVINO and TensorRT read opset 17.
 OPSET = 17
@@ -25,7 +25,10 @@ def check_installed(converting=True):
     wanted = ("onnx", "onnxruntime", "tf2onnx") if converting else ("onnxruntime",)
     missing = [name for name in wanted if importlib.util.find_spec(name) is None]
     if missing:
-        raise ExportError(f"ONNX files need {' and '.join(missing)}, which is not installed: {INSTALL_HINT}.")
+        which = (
+            f"{', '.join(missing[:-1])} and {missing[-1]}, which are" if len(missing) > 1 else f"{missing[0]}, which is"
+        )
+        raise ExportError(f"ONNX files need {which} not installed: {INSTALL_HINT}.")
 
 
 def _erfc(ctx, node, name, args):

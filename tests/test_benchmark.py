@@ -79,9 +79,11 @@ def test_targets_are_ratios_of_the_rows():
             row("Ti/16 training b32", "timm", "eager", 25.0),  # float32: not a bf16 competitor
         ],
         "litert": [
-            dict(case="S/16 LiteRT b1", mode="float32", latency_ms=50.0),
-            dict(case="S/16 LiteRT b1", mode="int8", latency_ms=15.0),
-            dict(case="S/16 LiteRT b1", mode="int8-mixed", latency_ms=20.0),
+            dict(case="S/16 LiteRT b1", implementation="keras_vit", mode="float32", latency_ms=50.0),
+            dict(case="S/16 LiteRT b1", implementation="keras_vit", mode="int8", latency_ms=15.0),
+            dict(case="S/16 LiteRT b1", implementation="keras_vit", mode="int8-mixed", latency_ms=20.0),
+            dict(case="S/16 LiteRT b1", implementation="onnxruntime", mode="float32", latency_ms=40.0),
+            dict(case="S/16 LiteRT b1", implementation="onnxruntime", mode="int8", latency_ms=30.0),
         ],
         "pipeline": [row("pipeline 224 b32", "keras_vit", "tf.data", 100.0)],
         "agreement": [
@@ -122,6 +124,8 @@ def test_targets_are_ratios_of_the_rows():
     assert found["Ti/16 training b32: first step seconds (mixed_bfloat16, graph)"] == (8.0, True)
     assert found["LiteRT full-int8 latency / float32 latency"] == (0.3, True)
     assert found["LiteRT int8-mixed (float softmax, GELU, normalisation) latency / float32 latency"] == (0.4, False)
+    assert found["LiteRT float32 latency / ONNX Runtime float32 latency"] == (1.25, False)  # slower: missed
+    assert found["LiteRT int8 latency / ONNX Runtime int8 latency"] == (0.5, True)
     assert found["pipeline 224 b32: pipeline / fastest keras_vit training rate"] == (
         pytest.approx(100 / 28, abs=1e-3),
         True,
@@ -400,10 +404,15 @@ def test_training_rows_without_tensorflow(monkeypatch):
 
 @pytest.mark.tensorflow_only
 def test_litert_and_pipeline_rows():
-    rows = litert.run_case(
-        dict(name="tiny", model=TINY, modes=("float32", "int8", "int8-mixed")), (), 5, lambda row: None
-    )
-    assert [r["mode"] for r in rows] == ["float32", "int8", "int8-mixed"]
+    case = dict(name="tiny", model=TINY, modes=("float32", "int8", "int8-mixed"), onnx_modes=("int8",))
+    rows = litert.run_case(case, (), 5, lambda row: None)
+    assert [(r["implementation"], r["mode"]) for r in rows] == [
+        ("keras_vit", "float32"),
+        ("keras_vit", "int8"),
+        ("keras_vit", "int8-mixed"),
+        ("onnxruntime", "int8"),  # ONNX Runtime's int8 file beside LiteRT's, timed in the same rounds
+    ]
+    assert rows[3]["latency_ms"] > 0 and rows[3]["size_kb"] > 0
     assert rows[1]["size_kb"] < 0.5 * rows[0]["size_kb"] and all(r["latency_ms"] > 0 for r in rows)
     # int8 softmax and GELU have no XNNPACK kernel; the attention matmuls do (symmetric operands).
     assert "SOFTMAX x" in rows[1]["undelegated_ops"] and "BATCH_MATMUL" not in rows[1]["undelegated_ops"]

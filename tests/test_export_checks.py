@@ -189,3 +189,100 @@ def read_description(model_bytes):
             slot = root.Offset(6)  # ModelMetadata.description: the second field
             return root.String(slot + root.Pos).decode() if slot else None
     return None
+
+
+def test_onnx_and_openvino_files_pass_the_checks_and_carry_the_model(model_file, tmp_path):
+    """Each ONNX mode and the OpenVINO float32 file: a report row beside the LiteRT one, standard
+    ops only, the labels and transform in the file, every file's SHA-256 in its directory's
+    manifest (and `sha256sum`'s format)."""
+    import hashlib
+
+    from keras_vit.export import ExportConfig, export, load_exported, load_source
+
+    pixels = np.round(images(batch=6, seed=1))
+    data = {"calibration_images": pixels, "eval_images": pixels, "eval_labels": np.arange(6) % len(LABELS)}
+    source = load_source(model_file).with_data(data)
+    directories = {f: tmp_path / f for f in ("tflite", "onnx", "openvino")}
+    config = ExportConfig(
+        tflite_dir=str(directories["tflite"]),
+        modes=("float32",),
+        onnx_dir=str(directories["onnx"]),
+        openvino_dir=str(directories["openvino"]),
+        openvino_modes=("float32",),
+    )
+    rows = {row["artifact"]: row for row in export(source, config)["artifacts"]}
+    assert set(rows) == {
+        "vit_float32.tflite",
+        "vit_float32.onnx",
+        "vit_dynamic.onnx",
+        "vit_int8.onnx",
+        "vit_float32.xml (OpenVINO, f32)",
+    }
+    for name in ("vit_float32.onnx", "vit_float32.xml (OpenVINO, f32)"):
+        assert rows[name]["agreement"] == 1.0 and rows[name]["max_prob_diff"] < 1e-5, rows[name]
+    for name in ("vit_dynamic.onnx", "vit_int8.onnx"):  # random weights, 6 images: a trained model's in test_journey
+        assert rows[name]["agreement"] >= 4 / 6, rows[name]
+    assert "MatMulInteger" in rows["vit_dynamic.onnx"]["ops"] and "QuantizeLinear" in rows["vit_int8.onnx"]["ops"]
+    for file in ("onnx/vit_int8.onnx", "openvino/vit_float32.xml"):
+        loaded = load_exported(tmp_path / file)
+        assert loaded.labels == source.labels and loaded.data_split is None
+        probabilities = loaded.probabilities([np.uint8(p) for p in pixels[:2]])
+        assert probabilities.shape == (2, len(LABELS)) and np.allclose(
+            probabilities.sum(-1), 1.0, atol=0.02
+        )  # int8: in steps of 1/255
+    for folder, files in (
+        ("tflite", ["vit_float32.tflite"]),
+        ("onnx", ["vit_dynamic.onnx", "vit_float32.onnx", "vit_int8.onnx"]),
+        ("openvino", ["vit_float32.bin", "vit_float32.xml"]),
+    ):
+        lines = (directories[folder] / "SHA256SUMS").read_text().splitlines()
+        digests = [hashlib.sha256((directories[folder] / f).read_bytes()).hexdigest() for f in files]
+        assert lines == [f"{d}  {f}" for d, f in zip(digests, files)]
+
+
+def test_a_damaged_exported_file_is_refused_in_one_line(model_file, tmp_path, capsys):
+    """Eight flipped bytes in a .tflite file's weights: predict and evaluate refuse it by the export
+    manifest, where LiteRT would answer with no word."""
+    from PIL import Image
+
+    from keras_vit.export import ExportConfig, export, load_source
+    from keras_vit_cli import main
+
+    export(load_source(model_file), ExportConfig(tflite_dir=str(tmp_path), modes=("float32",)))
+    file = tmp_path / "vit_float32.tflite"
+    data = bytearray(file.read_bytes())
+    middle = len(data) // 2  # inside the weight buffers
+    data[middle : middle + 8] = bytes(b ^ 0xFF for b in data[middle : middle + 8])
+    file.write_bytes(bytes(data))
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(tmp_path / "digit.png")
+    capsys.readouterr()
+    for command in (["predict", file, tmp_path / "digit.png"], ["evaluate", file, "--dataset", "digits"]):
+        assert main([str(c) for c in command]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == "" and len(captured.err.strip().splitlines()) == 1, captured
+        assert f"{file} does not match its SHA-256 in {tmp_path / 'SHA256SUMS'}" in captured.err
+
+
+@pytest.mark.parametrize(
+    "flag, package, line",
+    [
+        (
+            "--onnx",
+            "onnxruntime",
+            'ONNX files need onnxruntime, which is not installed: pip install "keras3-vit[onnx]"',
+        ),
+        (
+            "--openvino",
+            "openvino",
+            'OpenVINO files need openvino, which is not installed: pip install "keras3-vit[openvino]"',
+        ),
+    ],
+)
+def test_a_missing_runtime_is_named_in_one_line(model_file, tmp_path, export_cli, monkeypatch, flag, package, line):
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == package else find_spec(name, *a))
+    status, last = export_cli(model_file, flag, tmp_path / "out")
+    assert status == 2 and last == f"keras-vit export: error: {line}."
+    assert not (tmp_path / "out").exists()

@@ -4,7 +4,8 @@ dev extra, no checkout), then the README's verbs run there: `keras-vit --help`, 
 1-epoch digits `train` and `export` (default suite, about 3 minutes on 2 cores, most of it pip).
 Marked slow as well (about 2 minutes more): `inspect`, and `keras-vit doctor --install-optional`
 bringing the no-deps packages from the list shipped in the wheel, after which the export's
-warm-up requests and pruning work."""
+warm-up requests and pruning work; and the onnx and openvino extras, exporting and answering
+`predict` (about 100 MB of packages more)."""
 
 import configparser
 import json
@@ -134,6 +135,12 @@ def test_installed_command_trains_and_exports(installed):
         pruned.stderr.strip().splitlines() == [pruned.stderr.strip()]
         and "pip install --no-deps tf-keras" in pruned.stderr
     )
+    # nor the onnx extra, which these extras leave out: one line naming it
+    onnx = run(keras_vit, "export", home / "run", "--onnx", home / "onnx", env=env, expect=2)
+    assert onnx.stderr.strip().splitlines() == [
+        "keras-vit export: error: ONNX files need onnx, onnxruntime and tf2onnx, which are not installed: pip install "
+        '"keras3-vit[onnx]".'
+    ]
 
 
 @pytest.mark.slow
@@ -165,3 +172,49 @@ def test_installed_inspect_and_the_optional_packages_from_the_package(installed)
         env=env,
     )
     assert (home / "pruned2" / "vit_pruned50_float32.tflite").is_file()
+
+
+@pytest.mark.slow
+def test_installed_onnx_and_openvino_extras_export_and_predict(built, installed):
+    """The onnx and openvino extras from the wheel (about 100 MB of packages) export the digits run
+    and answer `predict`."""
+    _, wheel = built
+    home, bin_dir, env = installed
+    constraints = ROOT / "requirements" / "constraints.txt"
+    run(
+        bin_dir / "python",
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--disable-pip-version-check",
+        "-c",
+        constraints,
+        f"{wheel}[{EXTRAS},onnx,openvino]",
+    )
+    keras_vit = bin_dir / "keras-vit"
+    if not (home / "run" / "best.keras").is_file():
+        run(keras_vit, "train", "--dataset", "digits", "--epochs", "1", "--run-dir", home / "run", env=env, cwd=home)
+    exported = run(
+        keras_vit,
+        "export",
+        home / "run",
+        "--onnx",
+        home / "onnx",
+        "--onnx-quantize",
+        "float32",
+        "int8",
+        "--openvino",
+        home / "openvino",
+        "--openvino-precision",
+        "float32",
+        env=env,
+    )
+    assert "| vit_int8.onnx |" in exported.stdout and "| vit_float32.xml (OpenVINO, f32) |" in exported.stdout
+    digit = home / "digit.png"
+    from PIL import Image
+
+    Image.new("RGB", (8, 8)).save(digit)
+    for model in (home / "onnx" / "vit_int8.onnx", home / "openvino" / "vit_float32.xml"):
+        answer = run(keras_vit, "predict", model, digit, "--json", env=env).stdout
+        assert len(json.loads(answer)["top_k"]) == 5
