@@ -18,6 +18,7 @@ import threading
 
 from keras_vit_cli import (
     benchmark_command,
+    checkpoints_command,
     convert_command,
     doctor_command,
     export_command,
@@ -33,6 +34,7 @@ from keras_vit_cli.signals import exit_status, interrupted
 COMMANDS = (
     presets_command,
     summary_command,
+    checkpoints_command,
     convert_command,
     train_command,
     export_command,

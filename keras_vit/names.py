@@ -51,6 +51,9 @@ POSEMB_INTERPOLATIONS = ("bilinear", "bicubic", "bicubic_antialias")
 # their values. "MEAN,STD" in pixel units (0-255) gives others.
 NORMALIZATIONS = ("imagenet", "inception", "clip")
 
+# The families of the checkpoints `keras-vit checkpoints --family` lists (keras_vit.checkpoints.catalog).
+CHECKPOINT_FAMILIES = ("vit", "vit-hybrid", "dinov2", "siglip")
+
 # Class names, one per line, in output order: in a run directory, a SavedModel's assets and a
 # .tflite's metadata.
 LABELS_FILE = "labels.txt"

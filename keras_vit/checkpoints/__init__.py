@@ -139,7 +139,7 @@ def open_checkpoint(source, infer_config=True):
     elif timm.is_timm(tensors):
         kind, reader, args = "timm", timm.config_fields, (tensors,)
         weights = timm.to_keras(tensors)
-        shipped = timm.pretrained_fields(hf_config)
+        shipped = timm.pretrained_fields(hf_config, tensors)
         transform = _transform({**shipped, **recorded})
     elif huggingface.is_huggingface(tensors):
         processor = huggingface.read_processor(path)

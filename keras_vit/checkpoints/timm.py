@@ -253,11 +253,13 @@ def _eva_family(tensors, fields):
 _INTERPOLATIONS = ("bilinear", "nearest")
 
 
-def pretrained_fields(hf_config):
+def pretrained_fields(hf_config, tensors):
     """The image transform a timm hub folder's `config.json` records in `pretrained_cfg`: its
-    mean and std (in [0, 1], as pixel units here), input size, centre-crop fraction and, where
-    keras_vit's transform has it, interpolation; {} without them. Statistics are rounded to 1e-5
-    pixel levels, as keras_vit.config's constants are, so that the same ones compare equal."""
+    mean and std (in [0, 1], as pixel units here), input size (down to a multiple of the patch
+    in `tensors`, as timm's patch convolution sees it: SigLIP So400m/14's 384 is 378), centre-crop
+    fraction and, where keras_vit's transform has it, interpolation; {} without them. Statistics
+    are rounded to 1e-5 pixel levels, as keras_vit.config's constants are, so that the same ones
+    compare equal."""
     cfg = (hf_config or {}).get("pretrained_cfg")
     if not isinstance(cfg, dict):
         return {}
@@ -271,7 +273,8 @@ def pretrained_fields(hf_config):
         )
     size = cfg.get("input_size")
     if isinstance(size, (list, tuple)) and len(size) == 3:
-        fields["image_size"] = (int(size[1]), int(size[2]))
+        patch = tensors["patch_embed.proj.weight"].shape[2:]
+        fields["image_size"] = tuple(int(s) // p * p for s, p in zip(size[1:], patch))
     if cfg.get("crop_pct") is not None and cfg.get("crop_mode", "center") == "center":
         fields["crop_fraction"] = float(cfg["crop_pct"])
     if cfg.get("interpolation") in _INTERPOLATIONS:
