@@ -172,9 +172,10 @@ class ViT(_ImagesChecked, keras.Model):
             from keras_vit import checkpoints
             from keras_vit.checkpoints import known
 
+            settings = known.settings(weights, name)  # a known name of another preset fails before its download
             checkpoint = checkpoints.open_weights(weights)
             shipped = (checkpoint.transform or {}) if checkpoint is not None else {}
-            overrides = {**known.settings(weights, name), **shipped, **overrides}
+            overrides = {**settings, **shipped, **overrides}
         model = cls(presets.get_config(name, **overrides), dtype=dtype, class_names=class_names)
         if checkpoint is not None:
             checkpoints.warn_assumed_normalization(checkpoint, weights, model.config, overrides)

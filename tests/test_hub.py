@@ -153,3 +153,19 @@ def test_a_transformers_repository_in_the_cache_gives_its_processors_statistics(
     config = keras_vit.ViT.from_checkpoint("hf://google/tiny-vit").config
     np.testing.assert_allclose(config.input_mean, IMAGENET_MEAN, atol=1e-4)
     assert config.crop_fraction == 1.0
+
+
+def test_convert_writes_the_repository_s_transform_and_takes_normalization(
+    timm_source, offline_cache, tmp_path, capsys
+):
+    from keras_vit_cli import main
+
+    publish(offline_cache, "org/tiny", timm_source[1])
+    assert main(["convert", "hf://org/tiny", str(tmp_path / "hub.keras")]) == 0
+    assert "32x32 input (imagenet, crop 0.95, bilinear)" in capsys.readouterr().out
+    bare = tmp_path / "bare.safetensors"
+    shutil.copy(timm_source[1] / "model.safetensors", bare)
+    assert main(["convert", str(bare), str(tmp_path / "bare.keras"), "--normalization", "clip"]) == 0
+    assert "(clip, crop 0.875, bilinear)" in capsys.readouterr().out
+    assert main(["convert", str(bare), str(tmp_path / "x.keras"), "--normalization", "0.5,0.5"]) == 2
+    assert "--normalization must be one of" in capsys.readouterr().err
