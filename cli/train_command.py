@@ -48,8 +48,9 @@ _FLAGS = {
     "--weights": (
         "weights",
         dict(
-            help="checkpoint to start from: a file, known name, .keras model or run directory "
-            "(without --preset: its architecture)"
+            help="checkpoint to start from: a file, folder, known name (`keras-vit checkpoints`), hf://ORG/NAME"
+            "[@REVISION], .keras model or run directory (without --preset: its architecture, and its input "
+            "normalisation and crop)"
         ),
     ),
     "--recipe": (
