@@ -197,6 +197,10 @@ def exported(journey):
         home / "tflite",
         "--quantize",
         *LITERT_MODES,
+        "--onnx",
+        home / "onnx",
+        "--openvino",
+        home / "openvino",
     )
     return home, json.loads((home / "tflite" / "export_report.json").read_text()), result
 
@@ -208,8 +212,12 @@ def test_export_every_mode_checked_on_the_held_out_split(exported):
     for noise in ("InitializeLog", "I0000", "XNNPACK", "fully_quantize"):
         assert noise not in result.stderr, result.stderr[-2000:]
     rows = {row["artifact"]: row for row in report["artifacts"]}
-    assert set(rows) == {f"vit_{mode}.tflite" for mode in LITERT_MODES} | {"vit/1 (SavedModel, float32)"}
-    assert report["num_eval"] == 359 and "| vit_int8.tflite |" in table
+    openvino = {"vit_float32.xml (OpenVINO, f32)"} | {r for r in rows if r == "vit_bfloat16.xml (OpenVINO, bf16)"}
+    onnx = {f"vit_{mode}.onnx" for mode in ("float32", "dynamic", "int8")}
+    assert (
+        set(rows) == {f"vit_{mode}.tflite" for mode in LITERT_MODES} | {"vit/1 (SavedModel, float32)"} | onnx | openvino
+    )
+    assert report["num_eval"] == 359 and "| vit_int8.tflite |" in table and "| vit_int8.onnx |" in table
     assert rows["vit/1 (SavedModel, float32)"]["agreement"] == 1.0
     assert all(row["agreement"] >= 0.97 for row in rows.values()), rows
 
@@ -331,6 +339,48 @@ def test_evaluate_the_exported_files_on_a_dataset(exported, tmp_path):
     assert "split 'all' of the model's own training data would count its training images" in own.stderr
     whole = run(KERAS_VIT, "evaluate", unrecorded, "--dataset", "digits", "--split", "all").stdout
     assert json.loads(whole)["num_examples"] == 1797
+
+
+def test_onnx_and_openvino_files_answer_in_their_runtimes_and_in_predict_and_evaluate(exported, journey):
+    """The ONNX file in bare onnxruntime and the OpenVINO file in bare openvino (their metadata
+    holding the labels); `predict` on each; `evaluate` scoring an int8 ONNX file as the report did;
+    a .tflite file with eight flipped bytes refused in one line by the export's SHA256SUMS."""
+    home, report, _ = exported
+    _, _, images, _ = journey
+    answered = python(f"""
+        import sys
+        import numpy as np, onnxruntime, openvino
+        from PIL import Image
+        files = {[str(p) for p in images]!r}
+        pixels = np.stack([np.asarray(Image.open(f).convert("RGB").resize((24, 24), Image.BILINEAR), np.float32)
+                           for f in files])
+        session = onnxruntime.InferenceSession({str(home / "onnx" / "vit_float32.onnx")!r})
+        labels = session.get_modelmeta().custom_metadata_map["labels.txt"].split()
+        print(*[labels[i] for i in session.run(["probability"], {{"image": pixels}})[0].argmax(-1)])
+        core = openvino.Core()
+        model = core.read_model({str(home / "openvino" / "vit_float32.xml")!r})
+        compiled = core.compile_model(model, "CPU", {{"INFERENCE_PRECISION_HINT": "f32"}})
+        labels = model.get_rt_info(["keras_vit", "labels.txt"]).astype(str).split()
+        print(*[labels[i] for i in compiled(pixels)[0].argmax(-1)])
+        assert "keras_vit" not in sys.modules
+    """)
+    assert [line.split() for line in answered.stdout.strip().splitlines()] == [["0", "1", "2"]] * 2
+    for model in (home / "onnx" / "vit_dynamic.onnx", home / "openvino" / "vit_float32.xml"):
+        lines = run(KERAS_VIT, "predict", model, *images, "--top-k", "1").stdout.strip().splitlines()
+        assert [line.split(": ")[1].split()[0] for line in lines] == ["0", "1", "2"], (model, lines)
+    result = json.loads(run(KERAS_VIT, "evaluate", home / "onnx" / "vit_int8.onnx").stdout)
+    row = next(r for r in report["artifacts"] if r["artifact"] == "vit_int8.onnx")
+    assert result["num_examples"] == 359 and abs(result["top1"] - row["top1"]) <= 1.5 / 359, (result, row)
+    damaged = home / "damaged"
+    shutil.copytree(home / "tflite", damaged)
+    data = bytearray((damaged / "vit_float32.tflite").read_bytes())
+    data[len(data) // 2 : len(data) // 2 + 8] = bytes(b ^ 0xFF for b in data[len(data) // 2 : len(data) // 2 + 8])
+    (damaged / "vit_float32.tflite").write_bytes(bytes(data))
+    refused = run(KERAS_VIT, "predict", damaged / "vit_float32.tflite", images[0], expect=2)
+    assert refused.stdout == "" and refused.stderr.strip().splitlines() == [
+        f"keras-vit predict: error: {damaged / 'vit_float32.tflite'} does not match its SHA-256 in "
+        f"{damaged / 'SHA256SUMS'}: it changed or was damaged since export; export it again."
+    ]
 
 
 def test_predict_into_a_closed_pipe_stops_quietly(journey, tmp_path):
