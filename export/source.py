@@ -57,6 +57,16 @@ class ExportSource:
                 f"{self.model.name} has no classification head (num_classes=0): the exported files classify images. "
                 "For features, use Keras's own model.export(path) on the model."
             )
+        if self.model.config.dynamic_image_size:
+            # Exported graphs take one size: the copy computes what the model computes at it.
+            size = self.model.config.image_size
+            logger.warning(
+                "keras_vit: %s takes images of any size; the exported files take %dx%d, its image_size "
+                "(model.resized((height, width)) sets another before exporting)",
+                self.model.name,
+                *size,
+            )
+            self.model = self.model.resized(dynamic_image_size=False)
         size, channels = tuple(self.model.config.image_size), self.model.config.channels
         if len(self.labels) != self.model.config.num_classes:
             raise ExportError(f"{len(self.labels)} label names for a model of {self.model.config.num_classes} classes.")

@@ -88,7 +88,12 @@ class ViTConfig:
     """Hyper-parameters of a ViT (paper Table 1 plus the options of the official release).
 
     Args:
-        image_size: input resolution, an int or (height, width).
+        image_size: input resolution, an int or (height, width). With `dynamic_image_size`, the
+            resolution the position embedding is stored at (and exports are fixed to).
+        dynamic_image_size: take images of any height and width that are multiples of the patch
+            (times the ResNet stride for hybrids), batch by batch: the position embedding is
+            resampled inside the call with `posemb_interpolation` and rotary tables are built
+            for the batch's grid (timm's `dynamic_img_size=True`).
         patch_size: patch side P, an int or (height, width). For the hybrid this is the
             patch size on the ResNet feature map (1 in the paper's R50+ViT models).
         hidden_size: token width D.
@@ -143,11 +148,12 @@ class ViTConfig:
             with (`keras_vit.transform.ImageTransform`): resize so that the centre
             `crop_fraction` becomes `image_size`, then crop it (1: resize only).
         posemb_interpolation: how position embeddings saved for another patch grid are
-            resampled on load: "bilinear" (the paper's code), "bicubic" (Hugging Face's) or
-            "bicubic_antialias" (timm's).
+            resampled on load, and for each batch with `dynamic_image_size`: "bilinear" (the
+            paper's code), "bicubic" (Hugging Face's) or "bicubic_antialias" (timm's).
     """
 
     image_size: int | tuple[int, int] = 224
+    dynamic_image_size: bool = False
     patch_size: int | tuple[int, int] = 16
     hidden_size: int = 768
     num_layers: int = 12
@@ -297,6 +303,12 @@ class ViTConfig:
     def grid_size(self):
         """Patch grid (rows, columns)."""
         return tuple(f // p for f, p in zip(self.feature_size, self.patch_size))
+
+    @property
+    def image_multiple(self):
+        """(height, width) that every image side must be a multiple of: the patch times the ResNet
+        stride (what `dynamic_image_size` models take)."""
+        return tuple(p * self.backbone_stride for p in self.patch_size)
 
     @property
     def num_patches(self):

@@ -71,7 +71,7 @@ class ViT(_ImagesChecked, keras.Model):
             raise TypeError(f"`config` must be a ViTConfig or a dict; got {type(config).__name__}.")
         kwargs.setdefault("name", "vit")
         parts = _Parts(config, dtype)
-        images = keras.Input(shape=config.image_size + (config.channels,), name="images")
+        images = keras.Input(shape=input_shape(config), name="images")
         outputs = parts.head(parts.encode(images)[0])
         super().__init__(inputs=images, outputs=outputs, **kwargs)
         # A Functional model does not take `dtype`; the model's own policy matters to
@@ -237,20 +237,18 @@ class ViT(_ImagesChecked, keras.Model):
         chosen = sorted({int(i) % count for i in blocks})
         if not chosen and not pooled:
             raise ValueError("ask for at least one block's map or the pooled embedding.")
-        images = keras.Input(shape=self.config.image_size + (self.config.channels,), name="images")
-        x = images
-        for layer in parts.encoder_layers()[:-count]:
-            x = layer(x)
+        images = keras.Input(shape=input_shape(self.config), name="images")
+        x, grid = parts.embed(images)
         outputs = {}
         last = count - 1 if pooled else chosen[-1]
         for i, block in enumerate(parts.blocks[: last + 1]):
-            x = block(x)
+            x = block(x, grid=grid)
             if i in chosen:
                 tokens = parts.encoder_norm(x) if norm else x
-                grid = vit_layers.TokenGrid(
-                    self.config.grid_size, self.config.num_prefix_tokens, dtype=self.dtype_policy, name=f"map_{i}"
+                to_map = vit_layers.TokenGrid(
+                    parts.static_grid, self.config.num_prefix_tokens, dtype=self.dtype_policy, name=f"map_{i}"
                 )
-                outputs[f"block_{i}"] = grid(tokens)
+                outputs[f"block_{i}"] = to_map(tokens, grid=grid)
         if pooled:
             outputs["pooled"] = parts.pooled(parts.final_tokens(x))
         return ViTFeatures(images, outputs, name=f"{self.name}_features")
@@ -270,11 +268,16 @@ class ViT(_ImagesChecked, keras.Model):
         outputs = self.attention_model().predict(images, batch_size=batch_size, verbose=0)
         return list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
 
-    def resized(self, image_size):
+    def resized(self, image_size=None, dynamic_image_size=None):
         """A copy built for another input resolution with all weights and `trainable` flags
         carried over (quantized layers stay quantized); the position embeddings are resampled
-        to the new patch grid (paper section 3.2)."""
-        config = self.config.replace(image_size=image_size)
+        to the new patch grid (paper section 3.2). `image_size` None keeps the model's;
+        `dynamic_image_size` True or False makes the copy take any size or only `image_size`
+        (None keeps the model's): a fixed copy of a dynamic model computes what the dynamic
+        one computes at that size."""
+        config = self.config.replace(image_size=image_size or self.config.image_size)
+        if dynamic_image_size is not None:
+            config = config.replace(dynamic_image_size=bool(dynamic_image_size))
         if config.rope == "eva02" and config.rope_reference_grid is None:  # rotary coordinates of the trained grid
             config = config.replace(rope_reference_grid=self.config.grid_size)
         new = ViT(config, dtype=self.dtype_policy, class_names=self.class_names, name=self.name)
@@ -375,7 +378,11 @@ class _Parts:
             if c.resnet_layers is not None
             else None
         )
-        self.patch_embedding = vit_layers.PatchEmbedding(c.hidden_size, c.patch_size, dtype=d, name="patch_embedding")
+        self.patch_embedding = vit_layers.PatchEmbedding(
+            c.hidden_size, c.patch_size, return_grid=c.dynamic_image_size, dtype=d, name="patch_embedding"
+        )
+        # The patch grid that grid-shaped layers are built for; None: each call's.
+        self.static_grid = None if c.dynamic_image_size else c.grid_size
         self.class_token = vit_layers.ClassToken(dtype=d, name="class_token") if c.num_class_tokens else None
         self.position_embedding = (
             vit_layers.PositionEmbedding(
@@ -392,7 +399,7 @@ class _Parts:
         self.embedding_dropout = keras.layers.Dropout(c.dropout_rate, dtype=d, name="embedding_dropout")
         # The class token reads the patch tokens in the last block's attention, so the input
         # of the last block is the spatial map that class scores have gradients for.
-        self.patch_grid = vit_layers.TokenGrid(c.grid_size, c.num_prefix_tokens, dtype=d, name="patch_grid")
+        self.patch_grid = vit_layers.TokenGrid(self.static_grid, c.num_prefix_tokens, dtype=d, name="patch_grid")
         self.merge_patch_grid = vit_layers.MergeTokenGrid(c.num_prefix_tokens, dtype=d, name="merge_patch_grid")
         rope = None
         if c.rope_settings is not None:
@@ -463,21 +470,33 @@ class _Parts:
         layers += [self.register_tokens, self.embedding_dropout, *self.blocks]
         return [layer for layer in layers if layer is not None]
 
+    def embed(self, images):
+        """images -> (tokens the first block reads, grid): `grid` is None, or for a model of
+        `dynamic_image_size` the tensor whose shape gives the patch grid (see `PatchEmbedding`),
+        which the layers after the patch embedding take as `grid`."""
+        x, grid = images, None
+        for layer in self.encoder_layers()[: -len(self.blocks)]:
+            if layer is self.patch_embedding and self.static_grid is None:
+                x, grid = layer(x)
+            elif layer is self.position_embedding:
+                x = layer(x, grid=grid)
+            else:
+                x = layer(x)
+        return x, grid
+
     def encode(self, images, return_attention_scores=False):
         """images -> (final tokens, list of attention probabilities or None); the tokens are
         normalised unless the model normalises the pooled vector (`fc_norm`)."""
-        x = images
-        for layer in self.encoder_layers()[: -len(self.blocks)]:
-            x = layer(x)
+        x, grid = self.embed(images)
         probabilities = [] if return_attention_scores else None
         for block in self.blocks:
             if block is self.blocks[-1]:
-                x = self.merge_patch_grid([x, self.patch_grid(x)])
+                x = self.merge_patch_grid([x, self.patch_grid(x, grid=grid)])
             if return_attention_scores:
-                x, p = block(x, return_attention_scores=True)
+                x, p = block(x, return_attention_scores=True, grid=grid)
                 probabilities.append(p)
             else:
-                x = block(x)
+                x = block(x, grid=grid)
         return self.final_tokens(x), probabilities
 
     def final_tokens(self, x):
@@ -541,6 +560,13 @@ def _input_shape(x):
     return tuple(shape)
 
 
+def input_shape(config):
+    """The `(height, width, channels)` of a model's input: height and width None with
+    `dynamic_image_size`."""
+    size = (None, None) if config.dynamic_image_size else config.image_size
+    return (*size, config.channels)
+
+
 def check_images(shape, config):
     """Clear errors for images that do not fit the model (static dimensions only)."""
     if shape is None:
@@ -555,6 +581,14 @@ def check_images(shape, config):
             f"{fix}, or build the model with channels={shape[3]}."
         )
     size = shape[1:3]
+    if getattr(config, "dynamic_image_size", False):
+        multiple = config.image_multiple
+        if any(s is not None and s % m for s, m in zip(size, multiple)):
+            raise ValueError(
+                f"the model takes images whose height and width are multiples of {multiple[0]}x{multiple[1]} "
+                f"but got {size[0]}x{size[1]}; resize or crop the images to such a size."
+            )
+        return
     if None not in size and tuple(size) != config.image_size:
         raise ValueError(
             f"the model was built for {config.image_size[0]}x{config.image_size[1]} images but got "
@@ -570,7 +604,10 @@ class ViTFeatures(_ImagesChecked, keras.Model):
 
     def _image_spec(self):
         shape = self.inputs[0].shape
-        return types.SimpleNamespace(image_size=tuple(shape[1:3]), channels=shape[3])
+        size = tuple(shape[1:3])  # None: a model of `dynamic_image_size` (its patch embedding checks)
+        return types.SimpleNamespace(
+            image_size=size, channels=shape[3], dynamic_image_size=None in size, image_multiple=(1, 1)
+        )
 
 
 class _AttentionProbabilities(_ImagesChecked, keras.Model):

@@ -56,48 +56,46 @@ def resample_position_embeddings(posemb, new_grid, old_grid=None, num_prefix_tok
     return np.concatenate([prefix, grid], axis=1)
 
 
-def interpolation_matrix(in_size, out_size, method="bilinear"):
-    """(out_size, in_size) matrix of 1-D interpolation with half-pixel centres."""
+def interpolation_matrix(in_size, out_size, method="bilinear", xp=np):
+    """(out_size, in_size) matrix of 1-D interpolation with half-pixel centres.
+
+    `xp`: `numpy` (float64, the default) or `keras.ops` (float32), for a size known only when a
+    model runs (`out_size` may then be a scalar tensor). Every method is written as a dense
+    matrix, the same numbers in both."""
     if method not in POSEMB_INTERPOLATIONS:
         raise ValueError(f"unknown interpolation {method!r}; choose from {', '.join(POSEMB_INTERPOLATIONS)}.")
-    src = (np.arange(out_size, dtype=np.float64) + 0.5) * (in_size / out_size) - 0.5
-    weights = np.zeros((out_size, in_size))
-    rows = np.arange(out_size)
+    dtype = "float64" if xp is np else "float32"
+    out = xp.arange(out_size, dtype=dtype)[:, None]  # output positions, a column
+    source = xp.arange(in_size, dtype=dtype)[None, :]  # input positions, a row
+    scale = in_size / as_float(xp, out_size, dtype)
     if method == "bicubic_antialias":
-        return _antialiased_cubic(in_size, out_size)
+        # PIL's filter (torch's antialiased bicubic): the a = -0.5 kernel stretched by the shrink
+        # factor, cut at the edges and renormalised. PIL's tap window [centre - support,
+        # centre + support) holds every input whose kernel weight is non-zero.
+        stretch = xp.maximum(scale, 1.0)
+        weights = cubic((source + 0.5 - (out + 0.5) * scale) / stretch, a=-0.5, xp=xp)
+        return weights / xp.sum(weights, axis=1, keepdims=True)
+    position = (out + 0.5) * scale - 0.5
     if method == "bicubic":  # four neighbours, indices clamped at the edges (torch's upsample_bicubic2d)
-        low = np.floor(src).astype(int)
-        t = src - low
-        for offset, distance in ((-1, t + 1), (0, t), (1, 1 - t), (2, 2 - t)):
-            np.add.at(weights, (rows, np.clip(low + offset, 0, in_size - 1)), _cubic(distance))
+        low = xp.floor(position)
+        weights = 0.0
+        for offset in (-1.0, 0.0, 1.0, 2.0):
+            tap = xp.clip(low + offset, 0.0, in_size - 1.0)
+            hit = xp.where(xp.equal(tap, source), 1.0, 0.0)
+            weights = weights + hit * cubic(position - (low + offset), xp=xp)
         return weights
-    src = np.clip(src, 0.0, in_size - 1)
-    low = np.floor(src).astype(int)
-    high = np.minimum(low + 1, in_size - 1)
-    frac = src - low
-    np.add.at(weights, (rows, low), 1.0 - frac)
-    np.add.at(weights, (rows, high), frac)
-    return weights
+    position = xp.clip(position, 0.0, in_size - 1.0)  # bilinear: the triangle kernel, edges held
+    return xp.maximum(1.0 - xp.abs(position - source), 0.0)
 
 
-def _antialiased_cubic(in_size, out_size):
-    """PIL's resampling filter (torch's antialiased bicubic): the a = -0.5 kernel stretched by
-    the shrink factor, cut at the edges and renormalised."""
-    scale = in_size / out_size
-    stretch = max(scale, 1.0)
-    support = 2.0 * stretch
-    weights = np.zeros((out_size, in_size))
-    for i in range(out_size):
-        centre = (i + 0.5) * scale
-        low, high = max(int(centre - support + 0.5), 0), min(int(centre + support + 0.5), in_size)
-        w = _cubic((np.arange(low, high) - centre + 0.5) / stretch, a=-0.5)
-        weights[i, low:high] = w / w.sum()
-    return weights
-
-
-def _cubic(x, a=-0.75):
-    """Keys' cubic convolution kernel at distances `x` in [0, 2]."""
-    x = np.abs(x)
+def cubic(x, a=-0.75, xp=np):
+    """Keys' cubic convolution kernel at distances `x` (zero from 2 on)."""
+    x = xp.abs(x)
     near = ((a + 2) * x - (a + 3)) * x * x + 1
     far = ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
-    return np.where(x <= 1, near, np.where(x < 2, far, 0.0))
+    return xp.where(x <= 1, near, xp.where(x < 2, far, 0.0))
+
+
+def as_float(xp, value, dtype):
+    """`value` (a Python number, or a scalar tensor for `keras.ops`) as a float of `dtype`."""
+    return np.asarray(value, dtype) if xp is np else xp.cast(value, dtype)

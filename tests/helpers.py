@@ -27,13 +27,14 @@ def images(batch=2, size=(32, 32), channels=3, seed=0):
 
 
 def sample_photos(size):
-    """scikit-learn's bundled photos (china.jpg, flower.jpg), resized to `size` x `size`:
-    real images, no download. Pixels in [0, 255], shape (2, size, size, 3)."""
+    """scikit-learn's bundled photos (china.jpg, flower.jpg), resized to `size` (an int, or
+    (height, width)): real images, no download. Pixels in [0, 255], shape (2, height, width, 3)."""
     from PIL import Image
     from sklearn.datasets import load_sample_image
 
+    height, width = (size, size) if isinstance(size, int) else size
     photos = [
-        Image.fromarray(load_sample_image(name)).resize((size, size), Image.BILINEAR)
+        Image.fromarray(load_sample_image(name)).resize((width, height), Image.BILINEAR)
         for name in ("china.jpg", "flower.jpg")
     ]
     return np.stack([np.asarray(p, dtype="float32") for p in photos])

@@ -286,6 +286,24 @@ def test_new_families_export_builtin_only_litert_files_that_agree(overrides):
         tfmot_bridge.build_tf_keras(config)
 
 
+def test_a_model_of_any_image_size_exports_at_its_image_size_and_says_so(caplog):
+    """Exported graphs take one size: a `dynamic_image_size` model's files are fixed at its
+    `image_size` (one logged line) and compute what the model computes there."""
+    from keras_vit.export import ExportSource, LiteRTModel, litert
+
+    keras.utils.set_random_seed(0)
+    config = tiny_config(dynamic_image_size=True, posemb_interpolation="bicubic_antialias", rope="dinov3")
+    model = perturb(keras_vit.ViT(config), scale=0.2)
+    with caplog.at_level(logging.WARNING, logger="keras_vit"):
+        source = ExportSource(model=model, labels=[str(i) for i in range(config.num_classes)])
+    assert "takes images of any size; the exported files take" in caplog.text
+    assert not source.model.config.dynamic_image_size and source.model.config.image_size == config.image_size
+    x = images(batch=4, size=config.image_size, seed=2)
+    expected = keras.ops.convert_to_numpy(keras.ops.softmax(model(x)))
+    probabilities = LiteRTModel(litert.convert(litert.keras_module(source.model), "float32")).predict(x)
+    assert np.abs(probabilities - expected).max() < 1e-5
+
+
 def test_hybrid_through_the_tfmot_bridge(source):
     """In the tfmot bridge the hybrid's ResNet is plain Conv2D layers on the standardised kernels
     and a centred GroupNorm: the rebuild computes the model's logits; QAT's int8 file (integer

@@ -87,6 +87,34 @@ def test_timm_files_of_the_new_families(tmp_path, case):
     assert max_diff(model, expected, pixels) <= TOLERANCE
 
 
+# Patch grids of the dynamic-size tests: a square one and a non-square one, both unlike the
+# 16x16 (or 14x14) grid the models are built for.
+DYNAMIC_GRIDS = ((10, 10), (12, 7))
+
+
+@pytest.mark.parametrize("case", ["dinov2_reg4", "dinov2_avg_fc_norm", "siglip_map", "eva02_ti", "dinov3"])
+def test_timm_dynamic_image_size(tmp_path, case):
+    """One model takes each batch at its own size, as timm's `dynamic_img_size=True` does: the
+    position embedding resampled with timm's antialiased bicubic, rotary tables of the batch's grid."""
+    from safetensors.torch import save_file
+
+    name, options, _ = TIMM_CASES[case]
+    reference = perturbed_torch(
+        timm.create_model(name, pretrained=False, depth=2, embed_dim=192, num_heads=3, dynamic_img_size=True, **options)
+    )
+    save_file(reference.state_dict(), tmp_path / "model.safetensors")
+    cfg = reference.pretrained_cfg
+    statistics = dict(input_mean=tuple(255 * m for m in cfg["mean"]), input_std=tuple(255 * s for s in cfg["std"]))
+    model = keras_vit.ViT.from_checkpoint(tmp_path / "model.safetensors", dynamic_image_size=True, **statistics)
+    assert model.config.posemb_interpolation == "bicubic_antialias"
+    patch = model.config.patch_size[0]
+    for grid in DYNAMIC_GRIDS:
+        pixels = sample_photos((grid[0] * patch, grid[1] * patch))
+        with torch.no_grad():
+            expected = reference(reference_input(pixels, cfg["mean"], cfg["std"])).numpy()
+        assert max_diff(model, expected, pixels) <= TOLERANCE, grid
+
+
 def _siglip_config(**extra):
     return dict(vision_config=dict(**SMALL, intermediate_size=128, image_size=224, patch_size=16), **extra)
 
@@ -164,6 +192,28 @@ def test_huggingface_folders_of_the_new_families(tmp_path, case):
     for field, value in fields.items():
         assert getattr(model.config, field) == value, field
     assert max_diff(model, expected, pixels) <= TOLERANCE
+
+
+@pytest.mark.parametrize("case", ["Dinov2WithRegistersModel", "SiglipVisionModel", "DINOv3ViTModel"])
+def test_transformers_dynamic_image_size(tmp_path, case):
+    """Transformers' models at other sizes (`interpolate_pos_encoding`: torch's bicubic, with
+    antialiasing for DINOv2 with registers only) against one keras_vit model of `dynamic_image_size`."""
+    build, run, _ = HF_CASES[case]
+    reference = perturbed_torch(build())
+    reference.save_pretrained(tmp_path / "hf")
+    model = keras_vit.ViT.from_checkpoint(tmp_path / "hf", dynamic_image_size=True)
+    assert model.config.posemb_interpolation == ("bicubic_antialias" if "Registers" in case else "bicubic")
+    patch = model.config.patch_size[0]
+    for grid in DYNAMIC_GRIDS:
+        pixels = sample_photos((grid[0] * patch, grid[1] * patch))
+        x = reference_input(pixels, 0.5, 0.5)
+        with torch.no_grad():
+            expected = (
+                reference(pixel_values=x, interpolate_pos_encoding=True).pooler_output
+                if case.startswith("Siglip")
+                else run(reference, x)
+            ).numpy()
+        assert max_diff(model, expected, pixels) <= TOLERANCE, grid
 
 
 def test_a_class_slot_loads_into_a_model_without_one_by_folding_it_into_the_class_token(tmp_path, caplog):

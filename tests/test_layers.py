@@ -162,3 +162,34 @@ def test_layer_normalization_equals_keras_on_every_backend(dtype):
     tolerance = 1e-5 if dtype == "float32" else 2e-2  # bf16 outputs: one rounding of values up to ~4
     np.testing.assert_allclose(y, expected, atol=tolerance)
     assert np.abs(y).max() > 1.0  # not all zeros
+
+
+def test_layers_take_the_grid_of_each_call():
+    """For images whose size is known only in the call (`ViTConfig.dynamic_image_size`): the
+    patch embedding's `grid`, and each grid-shaped layer given that grid computes what one built
+    for it computes."""
+    from keras_vit.resample import resample_position_embeddings
+
+    embed = layers.PatchEmbedding(D, 4, return_grid=True)
+    tokens, grid = embed(_inputs((2, 12, 8, 3), 0))
+    assert tuple(tokens.shape) == (2, 6, D) and tuple(grid.shape) == (2, 3, 2, 0)
+    assert embed.compute_output_shape((2, 12, 8, 3)) == ((2, 6, D), (2, 3, 2, 0))
+
+    position = _build("PositionEmbedding", interpolation="bicubic_antialias")
+    perturb(position, seed=1)
+    expected = resample_position_embeddings(
+        _numpy(position.embedding), (3, 2), (2, 2), num_prefix_tokens=1, method="bicubic_antialias"
+    )
+    x = _inputs((2, 7, D), 1)
+    np.testing.assert_allclose(_numpy(position(x, grid=grid)), x + expected, atol=1e-5)
+    np.testing.assert_array_equal(_numpy(position(x[:, :5], grid=np.zeros((2, 2, 2, 0)))), _numpy(position(x[:, :5])))
+
+    rotary = layers.RotaryEmbedding("eva02", (2, 2), num_prefix_tokens=1, reference_grid=(4, 4))
+    own = layers.RotaryEmbedding("eva02", (3, 2), num_prefix_tokens=1, reference_grid=(4, 4))
+    q = _inputs((2, 3, 7, D), 2)
+    np.testing.assert_allclose(_numpy(rotary(q, grid=grid)), _numpy(own(q)), atol=1e-5)
+
+    maps = layers.TokenGrid(None, num_prefix_tokens=1)(x, grid=grid)
+    np.testing.assert_array_equal(_numpy(maps), x[:, 1:].reshape(2, 3, 2, D))
+    with pytest.raises(ValueError, match="takes the `grid`"):
+        layers.TokenGrid(None)(x)

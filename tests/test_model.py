@@ -831,3 +831,35 @@ def test_an_empty_batch_gives_empty_outputs_on_every_backend():
     assert [a.shape for a in model.attention_probabilities(empty)] == [(0, 4, 17, 17)] * 2
     features = model.feature_model(blocks=0).predict(empty, verbose=0)
     assert features["block_0"].shape == (0, 4, 4, 64) and features["pooled"].shape == (0, 64)
+
+
+def test_a_model_of_dynamic_image_size_trains_predicts_and_saves_at_any_multiple_of_the_patch(tmp_path):
+    """One model, batches of several sizes: `fit`, `predict`, the feature API and a `.keras`
+    round trip; at each size it computes what a fixed copy built for that size computes."""
+    config = tiny_config(
+        dynamic_image_size=True, posemb_interpolation="bicubic", rope="eva02", num_register_tokens=2, num_classes=3
+    )
+    model = perturb(keras_vit.ViT(config), scale=0.2)
+    patch = config.patch_size[0]
+    rng = np.random.default_rng(0)
+    square, wide = (rng.uniform(0, 255, (4, h * patch, w * patch, 3)).astype("float32") for h, w in ((3, 3), (2, 5)))
+    for x in (square, wide):
+        fixed = model.resized(x.shape[1:3], dynamic_image_size=False)
+        np.testing.assert_allclose(model.predict(x, verbose=0), fixed.predict(x, verbose=0), atol=1e-5)
+    maps = model.feature_model(blocks=(0,), pooled=False)(wide)["block_0"]
+    assert tuple(maps.shape) == (4, 2, 5, config.hidden_size)
+
+    model.compile(
+        optimizer=keras.optimizers.SGD(0.1), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    )
+    before = model.predict(wide, verbose=0)
+    for x in (square, wide):
+        model.fit(x, np.arange(4) % 3, epochs=1, batch_size=4, verbose=0)
+    assert np.abs(model.predict(wide, verbose=0) - before).max() > 1e-4  # the steps trained it
+
+    model.save(tmp_path / "dynamic.keras")
+    loaded = keras.saving.load_model(tmp_path / "dynamic.keras")
+    assert loaded.config.dynamic_image_size
+    np.testing.assert_allclose(loaded.predict(wide, verbose=0), model.predict(wide, verbose=0), atol=1e-6)
+    with pytest.raises(ValueError, match=f"multiples of {patch}x{patch} but got {patch * 2 + 1}x"):
+        model.predict(np.zeros((1, patch * 2 + 1, patch * 2, 3), "float32"), verbose=0)

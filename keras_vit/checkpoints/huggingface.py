@@ -283,7 +283,10 @@ def config_fields(hf_config, tensors, processor=None):
         if not k.startswith(_SIGLIP_TEXT)
         and re.search(r"(^|\.)layers?\.0\.(output\.dense|mlp\.fc2|mlp\.weights_out|mlp\.down_proj)\.weight$", k)
     ]
-    family = dict(qkv_bias=hf_config.get("qkv_bias", True))
+    # Transformers' `interpolate_pos_encoding`: torch's bicubic to the new grid, antialiased for
+    # DINOv2 with registers only.
+    posemb = "bicubic_antialias" if model_type == "dinov2_with_registers" else "bicubic"
+    family = dict(qkv_bias=hf_config.get("qkv_bias", True), posemb_interpolation=posemb)
     if model_type.startswith("dinov2"):
         family.update(
             layer_scale_init=hf_config.get("layerscale_value", 1.0),

@@ -12,6 +12,7 @@ import numpy as np
 from keras_vit.checkpoints.files import CheckpointError
 from keras_vit.checkpoints.official import image_size
 from keras_vit.config import resnet_stride
+from keras_vit.names import INTERPOLATIONS
 
 logger = logging.getLogger("keras_vit")
 
@@ -182,6 +183,7 @@ def config_fields(tensors):
         num_register_tokens=tensors["reg_token"].shape[1] if "reg_token" in tensors else 0,
         fc_norm="fc_norm.weight" in tensors,
         num_classes=tensors["head.bias"].shape[0] if "head.bias" in tensors else 0,
+        posemb_interpolation="bicubic_antialias",  # timm's resample_abs_pos_embed
     )
     if "blocks.0.attn.qv_bias" in tensors:
         fields["key_bias"] = False
@@ -249,10 +251,6 @@ def _eva_family(tensors, fields):
     return {}
 
 
-# timm's interpolations that keras_vit's transform has (others, bicubic above all, keep its bilinear).
-_INTERPOLATIONS = ("bilinear", "nearest")
-
-
 def pretrained_fields(hf_config, tensors):
     """The image transform a timm hub folder's `config.json` records in `pretrained_cfg`: its
     mean and std (in [0, 1], as pixel units here), input size (down to a multiple of the patch
@@ -277,6 +275,6 @@ def pretrained_fields(hf_config, tensors):
         fields["image_size"] = tuple(int(s) // p * p for s, p in zip(size[1:], patch))
     if cfg.get("crop_pct") is not None and cfg.get("crop_mode", "center") == "center":
         fields["crop_fraction"] = float(cfg["crop_pct"])
-    if cfg.get("interpolation") in _INTERPOLATIONS:
+    if cfg.get("interpolation") in INTERPOLATIONS:  # others (bicubic above all) keep keras_vit's bilinear
         fields["interpolation"] = cfg["interpolation"]
     return fields

@@ -29,7 +29,8 @@ class MultiHeadSelfAttention(keras.layers.Layer):
 
     `key_bias=False` (with `use_bias`): query and value biases only, `qv_bias` `(2D,)` (EVA-02).
     `rope`: a `RotaryEmbedding` config (dict) that rotates the queries and keys of the patch
-    tokens (EVA-02, DINOv3).
+    tokens (EVA-02, DINOv3); `grid` in the call: the patch grid of images whose size is known only
+    in the call (see `RotaryEmbedding`).
 
     Call with `return_attention_scores=True` to also get the probabilities
     `(batch, heads, tokens, tokens)`.
@@ -78,11 +79,11 @@ class MultiHeadSelfAttention(keras.layers.Layer):
             and _bf16_softmax_is_float32_rounded()
         )
 
-    def call(self, x, training=None, return_attention_scores=False):
+    def call(self, x, training=None, return_attention_scores=False, grid=None):
         shape, width = ops.shape(x), x.shape[-1]
         if self._heads_first_projections(x, training, return_attention_scores):
             q, k, v = self._heads_first_qkv(x)
-            q, k = self._rotated(q, k, token_axis=2)  # a rotation commutes with q's scale
+            q, k = self._rotated(q, k, 2, grid)  # a rotation commutes with q's scale
             context, probs = self._explicit_attention(q, k, v, training, False)
         else:
             # Rank-2 projections: TensorFlow's graph optimizer fuses MatMul + bias (oneDNN) only
@@ -97,12 +98,12 @@ class MultiHeadSelfAttention(keras.layers.Layer):
                 # scale on the (tokens x tokens) logits; heads-first with the scale on q measured
                 # 10-15% faster per block on CPU (docs/performance.md).
                 q, k, v = ops.unstack(ops.transpose(qkv, (2, 0, 3, 1, 4)), axis=0)  # (batch, heads, tokens, head_dim)
-                q, k = self._rotated(q, k, token_axis=2)
+                q, k = self._rotated(q, k, 2, grid)
                 q = q * ops.cast(self.head_dim**-0.5, q.dtype)
                 context, probs = self._explicit_attention(q, k, v, training, return_attention_scores)
             else:
                 q, k, v = ops.unstack(qkv, axis=2)  # (batch, tokens, heads, head_dim) each
-                q, k = self._rotated(q, k, token_axis=1)
+                q, k = self._rotated(q, k, 1, grid)
                 context, probs = _fused_attention(q, k, v, training), None
         out = ops.reshape(project_tokens(self.out, ops.reshape(context, (-1, width)), training), shape)
         return (out, probs) if return_attention_scores else out
@@ -148,10 +149,10 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         bq, bv = ops.split(ops.cast(self.qv_bias, dtype), 2)
         return ops.concatenate([bq, ops.zeros_like(bq), bv])
 
-    def _rotated(self, q, k, token_axis):
+    def _rotated(self, q, k, token_axis, grid=None):
         if self.rotary is None:
             return q, k
-        return self.rotary(q, token_axis=token_axis), self.rotary(k, token_axis=token_axis)
+        return self.rotary(q, token_axis=token_axis, grid=grid), self.rotary(k, token_axis=token_axis, grid=grid)
 
     def _explicit_attention(self, q, k, v, training, return_probs):
         """(context (batch, tokens, heads, head_dim), probabilities) of heads-first q (scaled), k

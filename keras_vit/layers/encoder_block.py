@@ -83,18 +83,26 @@ class EncoderBlock(keras.layers.Layer):
             self.scale2 = LayerScale(layer_scale_init, dtype=policy, name="scale2")
 
     def build(self, input_shape):
-        for layer in (self.norm1, self.attention, self.norm2, self.mlp):
+        for layer in (self.norm1, self.attention, self.norm2, self.mlp, self.drop_path):
             layer.build(input_shape)
         for layer in (self.scale1, self.scale2):
             if layer is not None:
                 layer.build(input_shape)
 
-    def call(self, x, training=None, return_attention_scores=False):
-        y = self.attention(self.norm1(x), training=training, return_attention_scores=return_attention_scores)
+    def call(self, x, training=None, return_attention_scores=False, grid=None):
+        y = self.attention(self.norm1(x), training=training, return_attention_scores=return_attention_scores, grid=grid)
         y, probs = y if return_attention_scores else (y, None)
         x = x + self._branch(self.attention_dropout(y, training=training), self.scale1, training)
         x = x + self._branch(self.mlp(self.norm2(x), training=training), self.scale2, training)
         return (x, probs) if return_attention_scores else x
+
+    def compute_output_spec(self, x, training=None, return_attention_scores=False, grid=None):
+        # Given, not traced: tracing a call with unknown sizes would give the tokens and `grid`
+        # unrelated placeholder sizes.
+        out = keras.KerasTensor(x.shape, self.compute_dtype)
+        if not return_attention_scores:
+            return out
+        return out, keras.KerasTensor((x.shape[0], self.num_heads, x.shape[1], x.shape[1]), "float32")
 
     def _branch(self, y, scale, training):
         if scale is not None:

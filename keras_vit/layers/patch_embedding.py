@@ -13,11 +13,15 @@ class PatchEmbedding(keras.layers.Layer):
     """Conv2D with kernel = stride = P (the same map as flatten + Dense), then tokens.
 
     Input `(batch, H, W, C)`; output `(batch, H/P * W/P, hidden_size)` in row-major patch
-    order. The kernel layout is HWIO, as in the official checkpoints.
+    order. The kernel layout is HWIO, as in the official checkpoints. With `return_grid`, the
+    output is `(tokens, grid)`: `grid` is a `(batch, H/P, W/P, 0)` tensor, empty, whose shape
+    tells the layers after it the patch grid of images whose size is known only in the call
+    (`ViTConfig.dynamic_image_size`).
     """
 
-    def __init__(self, hidden_size, patch_size, **kwargs):
+    def __init__(self, hidden_size, patch_size, return_grid=False, **kwargs):
         super().__init__(**kwargs)
+        self.return_grid = bool(return_grid)
         self.hidden_size = int(hidden_size)
         self.patch_size = tuple(patch_size) if not isinstance(patch_size, int) else (patch_size,) * 2
         self.projection = keras.layers.Conv2D(
@@ -36,11 +40,15 @@ class PatchEmbedding(keras.layers.Layer):
     def call(self, images, training=None):
         _check_divisible(images.shape, self.patch_size)
         if None not in images.shape[1:] and self._as_matmul(training):
-            return self._project_patches(images, training)
-        x = project(self.projection, images, training)
-        # The token count, not -1, where it is known: PyTorch cannot infer -1 in an empty batch.
-        tokens = x.shape[1] * x.shape[2] if None not in x.shape[1:3] else -1
-        return ops.reshape(x, (ops.shape(x)[0], tokens, self.hidden_size))
+            tokens = self._project_patches(images, training)
+        else:
+            x = project(self.projection, images, training)
+            # The token count, not -1, where it is known: PyTorch cannot infer -1 in an empty batch.
+            count = x.shape[1] * x.shape[2] if None not in x.shape[1:3] else -1
+            tokens = ops.reshape(x, (ops.shape(x)[0], count, self.hidden_size))
+        if not self.return_grid:
+            return tokens
+        return tokens, images[:, :: self.patch_size[0], :: self.patch_size[1], :0]
 
     def _as_matmul(self, training):
         """Whether to run the projection as `_project_patches`: in inference on JAX, where XLA's
@@ -82,10 +90,12 @@ class PatchEmbedding(keras.layers.Layer):
     def compute_output_shape(self, input_shape):
         rows, cols = (None if s is None else s // p for s, p in zip(input_shape[1:3], self.patch_size))
         tokens = None if rows is None or cols is None else rows * cols
-        return (input_shape[0], tokens, self.hidden_size)
+        shape = (input_shape[0], tokens, self.hidden_size)
+        return (shape, (input_shape[0], rows, cols, 0)) if self.return_grid else shape
 
     def get_config(self):
-        return {**super().get_config(), "hidden_size": self.hidden_size, "patch_size": list(self.patch_size)}
+        config = {**super().get_config(), "hidden_size": self.hidden_size, "patch_size": list(self.patch_size)}
+        return {**config, "return_grid": True} if self.return_grid else config
 
 
 def _check_divisible(shape, patch_size):

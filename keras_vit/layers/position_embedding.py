@@ -5,7 +5,7 @@ import numpy as np
 from keras import ops
 
 from keras_vit import initializers
-from keras_vit.resample import resample_position_embeddings
+from keras_vit.resample import interpolation_matrix, resample_position_embeddings
 
 GRID_KEY = "grid_size"  # stored beside the embedding in .keras and .weights.h5 files
 
@@ -18,7 +18,8 @@ class PositionEmbedding(keras.layers.Layer):
     `assign_resampled`) resamples the 2-D grid (`interpolation`, see `keras_vit.resample`) and
     keeps the prefix (class token) slots, so a model trained at 224 can be fine-tuned at 384.
     `.keras` and weights files store the grid beside the embedding, so non-square grids
-    resample exactly.
+    resample exactly. Called with `grid` (a tensor whose shape is `(batch, rows, cols, ...)`, see
+    `PatchEmbedding`), it adds the embedding resampled to that grid in the call.
     """
 
     def __init__(self, grid_size, num_prefix_tokens=1, interpolation="bilinear", **kwargs):
@@ -43,8 +44,23 @@ class PositionEmbedding(keras.layers.Layer):
             initializer=initializers.RandomNormal(stddev=0.02),
         )
 
-    def call(self, tokens):
-        return tokens + ops.cast(self.embedding, tokens.dtype)
+    def call(self, tokens, grid=None):
+        embedding = self.embedding if grid is None else self.on_grid(ops.shape(grid)[1:3])
+        return tokens + ops.cast(embedding, tokens.dtype)
+
+    def on_grid(self, grid_size):
+        """The embedding resampled to `grid_size` (ints, or scalar tensors of a size known only in
+        the call) with this layer's interpolation, in the graph."""
+        if all(isinstance(n, int) for n in grid_size) and tuple(grid_size) == self.grid_size:
+            return self.embedding
+        prefix, width = self.num_prefix_tokens, self.embedding.shape[-1]
+        embedding = ops.cast(self.embedding, "float32")
+        rows, cols = (
+            interpolation_matrix(old, new, self.interpolation, xp=ops) for old, new in zip(self.grid_size, grid_size)
+        )
+        grid = ops.reshape(embedding[0, prefix:], (*self.grid_size, width))
+        grid = ops.reshape(ops.einsum("ir,rcd,jc->ijd", rows, grid, cols), (1, -1, width))
+        return ops.concatenate([embedding[:, :prefix], grid], axis=1)
 
     def compute_output_shape(self, input_shape):
         return input_shape
