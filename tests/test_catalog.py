@@ -27,7 +27,9 @@ def test_parameter_counts_off_the_config_are_the_built_models(overrides):
 
 
 def test_every_listed_name_is_a_known_name_or_a_preset_s_hub_repository():
-    assert set(catalog.TOP1) <= set(known.KNOWN_CHECKPOINTS) and set(catalog.HUB_NAMES) <= set(PRESETS)
+    published = {f"{preset}.{tag}" for tag, (_, top1) in catalog.TOP1.items() for preset in top1}
+    assert published <= set(known.KNOWN_CHECKPOINTS) and set(catalog.HUB_NAMES) <= set(PRESETS)
+    assert sum(entry.top1 is not None for entry in catalog.entries()) == len(published)
     assert set(catalog.FAMILIES.values()) == set(CHECKPOINT_FAMILIES)
     names = [entry.name for entry in catalog.entries()]
     assert names[: len(known.KNOWN_CHECKPOINTS)] == list(known.KNOWN_CHECKPOINTS)
@@ -56,12 +58,11 @@ def test_the_timm_facts_are_those_of_the_same_files():
         vit_r26_s32="vit_small_r26_s32",
         vit_r50_l32="vit_large_r50_s32",
     )
-    for name, (_, source) in catalog.TOP1.items():
-        preset, overrides, url = known.KNOWN_CHECKPOINTS[name]
-        if source == "timm" and ".augreg_" in name:
-            tag = name.split(".")[1].removesuffix("_384")
-            cfg = timm.models.get_pretrained_cfg(f"{stems[preset]}_{overrides.get('image_size', 224)}.{tag}")
-            assert cfg.url == url, name
+    for tag, (_, top1) in catalog.TOP1.items():
+        for preset in top1 if tag.startswith("augreg_") else ():
+            _, overrides, url = known.KNOWN_CHECKPOINTS[f"{preset}.{tag}"]
+            timm_name = f"{stems[preset]}_{overrides.get('image_size', 224)}.{tag.removesuffix('_384')}"
+            assert timm.models.get_pretrained_cfg(timm_name).url == url, timm_name
     for hub_name in catalog.HUB_NAMES.values():
         cfg = timm.models.get_pretrained_cfg(hub_name.removeprefix("hf://timm/"))
         assert cfg.hf_hub_id == hub_name.removeprefix("hf://") and cfg.license == catalog.LICENCE.lower()

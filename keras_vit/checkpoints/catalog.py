@@ -18,31 +18,39 @@ SOURCES = {
     "vit-readme": "google-research/vision_transformer README (expected top-1 of the -224 fine-tunes)",
     "timm": "timm results/results-imagenet.csv (timm's evaluation of its port: bicubic, its crop)",
 }
-# Published ImageNet-1k top-1 (%) of the known names with an ImageNet-1k head: (value, source).
+# Published ImageNet-1k top-1 (%) of the known names with an ImageNet-1k head, by the tag after
+# the preset in the name: tag -> (source, {preset: top-1}).
 TOP1 = {
-    "vit_b16.imagenet21k_ft_imagenet1k": (81.2, "vit-readme"),
-    "vit_l16.imagenet21k_ft_imagenet1k": (82.7, "vit-readme"),
-    "vit_b16.imagenet21k_ft_imagenet1k_384": (84.200, "timm"),
-    "vit_l32.imagenet21k_ft_imagenet1k_384": (81.510, "timm"),
-    "vit_r50_b16.imagenet21k_ft_imagenet1k_384": (84.976, "timm"),
-    "vit_ti16.augreg_in21k_ft_in1k": (75.454, "timm"),
-    "vit_ti16.augreg_in21k_ft_in1k_384": (78.424, "timm"),
-    "vit_s16.augreg_in21k_ft_in1k": (81.384, "timm"),
-    "vit_s16.augreg_in21k_ft_in1k_384": (83.802, "timm"),
-    "vit_s32.augreg_in21k_ft_in1k": (75.994, "timm"),
-    "vit_s32.augreg_in21k_ft_in1k_384": (80.486, "timm"),
-    "vit_b16.augreg_in21k_ft_in1k": (84.532, "timm"),
-    "vit_b16.augreg_in21k_ft_in1k_384": (85.996, "timm"),
-    "vit_l16.augreg_in21k_ft_in1k": (85.834, "timm"),
-    "vit_l16.augreg_in21k_ft_in1k_384": (87.084, "timm"),
-    "vit_b32.augreg_in21k_ft_in1k": (80.716, "timm"),
-    "vit_b8.augreg_in21k_ft_in1k": (85.798, "timm"),
-    "vit_r_ti16.augreg_in21k_ft_in1k": (71.798, "timm"),
-    "vit_r_ti16.augreg_in21k_ft_in1k_384": (75.962, "timm"),
-    "vit_r26_s32.augreg_in21k_ft_in1k": (81.864, "timm"),
-    "vit_r26_s32.augreg_in21k_ft_in1k_384": (84.048, "timm"),
-    "vit_r50_l32.augreg_in21k_ft_in1k": (84.422, "timm"),
-    "vit_r50_l32.augreg_in21k_ft_in1k_384": (86.182, "timm"),
+    "imagenet21k_ft_imagenet1k": ("vit-readme", {"vit_b16": 81.2, "vit_l16": 82.7}),
+    "imagenet21k_ft_imagenet1k_384": ("timm", {"vit_b16": 84.200, "vit_l32": 81.510, "vit_r50_b16": 84.976}),
+    "augreg_in21k_ft_in1k": (
+        "timm",
+        {
+            "vit_ti16": 75.454,
+            "vit_s16": 81.384,
+            "vit_s32": 75.994,
+            "vit_b16": 84.532,
+            "vit_l16": 85.834,
+            "vit_b32": 80.716,
+            "vit_b8": 85.798,
+            "vit_r_ti16": 71.798,
+            "vit_r26_s32": 81.864,
+            "vit_r50_l32": 84.422,
+        },
+    ),
+    "augreg_in21k_ft_in1k_384": (
+        "timm",
+        {
+            "vit_ti16": 78.424,
+            "vit_s16": 83.802,
+            "vit_s32": 80.486,
+            "vit_b16": 85.996,
+            "vit_l16": 87.084,
+            "vit_r_ti16": 75.962,
+            "vit_r26_s32": 84.048,
+            "vit_r50_l32": 86.182,
+        },
+    ),
 }
 # The family presets' checkpoints on the Hub (timm's repositories; headless backbones).
 HUB_NAMES = {
@@ -80,7 +88,9 @@ def entries():
     for name, (preset, overrides, url) in known.KNOWN_CHECKPOINTS.items():
         tag = name.split(".", 1)[1]
         data = "ImageNet-21k" + (", fine-tuned on ImageNet-1k" if "_ft_" in tag else "")
-        top1, source = TOP1.get(name, (None, None))
+        source, published = TOP1.get(tag, (None, {}))
+        top1 = published.get(preset)
+        source = source if top1 is not None else None
         cached = (cache_home() / url.rsplit("/", 1)[-1]).is_file()
         rows.append(_entry(name, preset, get_config(preset, **overrides), data, top1, source, cached))
     for preset, name in HUB_NAMES.items():
