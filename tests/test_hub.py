@@ -169,3 +169,23 @@ def test_convert_writes_the_repository_s_transform_and_takes_normalization(
     assert "(clip, crop 0.875, bilinear)" in capsys.readouterr().out
     assert main(["convert", str(bare), str(tmp_path / "x.keras"), "--normalization", "0.5,0.5"]) == 2
     assert "--normalization must be one of" in capsys.readouterr().err
+
+
+def test_a_keras_vit_model_published_on_the_hub_loads_by_name(offline_cache, tmp_path, caplog):
+    """A `.keras` file in a repository, or a run directory's `best.keras` and labels, as
+    `hf upload` publishes them: the model, its classes and its transform come back."""
+    config = tiny_config(num_classes=3, input_mean=IMAGENET_MEAN, input_std=IMAGENET_STD, crop_fraction=0.9)
+    source = perturb(keras_vit.ViT(config, class_names=["cat", "dog", "owl"]))
+    for repository, file in (("me/model", "vit.keras"), ("me/run", "best.keras")):
+        folder = tmp_path / repository
+        folder.mkdir(parents=True)
+        keras_vit.saving.save_model(source, folder / file)
+        (folder / "labels.txt").write_text("cat\ndog\nowl\n")
+        publish(offline_cache, repository, folder)
+    with caplog.at_level(logging.WARNING, logger="keras_vit"):
+        for name in ("hf://me/model", "hf://me/run"):
+            model = keras_vit.ViT.from_checkpoint(name)
+            assert model.config == source.config and model.class_names == ("cat", "dog", "owl"), name
+            for ours, theirs in zip(_weights(model), _weights(source)):
+                np.testing.assert_array_equal(ours, theirs)
+    assert "normalisation" not in caplog.text

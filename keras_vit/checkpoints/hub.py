@@ -1,6 +1,7 @@
 """Hugging Face Hub repositories by name, `hf://ORG/NAME[@REVISION]`: timm repositories
 (`config.json` with `pretrained_cfg`, weights), Transformers ones (`config.json`,
-`preprocessor_config.json`, weights) and keras-hub presets, through huggingface_hub's cache.
+`preprocessor_config.json`, weights), keras-hub presets and keras_vit models (a `.keras` file, or
+a run directory's `best.keras` with its `labels.txt`), through huggingface_hub's cache.
 
 The local cache comes first: a snapshot that holds the weights is used without asking the
 network. `HF_HUB_OFFLINE`, `HF_HUB_CACHE` and `HF_HOME` are read when a name is resolved."""
@@ -9,13 +10,15 @@ import os
 from pathlib import Path
 
 from keras_vit.checkpoints.files import HF_WEIGHT_FILES, CheckpointError
+from keras_vit.names import LABELS_FILE, RUN_CHECKPOINTS
 
 PREFIX = "hf://"
 # What a repository's snapshot needs: its JSON files (configs, image processor, keras-hub's task
-# and converter) and one weights file; a repository holding only `pytorch_model.bin` gets that.
-_FILES = ("*.json", HF_WEIGHT_FILES[0], "model.weights.h5", "task.weights.h5")
+# and converter) and one weights file, or its keras_vit models and labels; a repository holding
+# only `pytorch_model.bin` gets that.
+_FILES = ("*.json", HF_WEIGHT_FILES[0], "model.weights.h5", "task.weights.h5", "*.keras", LABELS_FILE)
 _FALLBACK = (HF_WEIGHT_FILES[1],)
-_WEIGHTS = (*HF_WEIGHT_FILES, "model.weights.h5")
+_WEIGHTS = (*HF_WEIGHT_FILES, "model.weights.h5", "*.keras")
 _TRUE = ("1", "on", "yes", "true")
 
 
@@ -61,7 +64,7 @@ def download(name):
         ) from None
     folder = _local(repository, revision)
     if folder is not None:
-        return folder
+        return _checkpoint(folder)
     where = cache_folder() / f"models--{repository.replace('/', '--')}"
     if offline():
         fetch = f"hf download {repository}" + (f" --revision {revision}" if revision else "")
@@ -80,7 +83,7 @@ def download(name):
         ) from None
     if not _has_weights(folder):
         raise CheckpointError(f"{name}: the repository has none of {', '.join(_WEIGHTS)}.")
-    return folder
+    return _checkpoint(folder)
 
 
 def _local(repository, revision):
@@ -105,4 +108,13 @@ def _snapshot(repository, revision, patterns, local):
 
 
 def _has_weights(folder):
-    return any((folder / name).is_file() for name in _WEIGHTS)
+    return any(path.is_file() for pattern in _WEIGHTS for path in folder.glob(pattern))
+
+
+def _checkpoint(folder):
+    """What the snapshot `folder` holds to load: the folder (a timm, Transformers or keras-hub
+    repository, or a run directory's `best.keras`), or its one keras_vit `.keras` file."""
+    models = sorted(folder.glob("*.keras"))
+    if len(models) == 1 and not any((folder / name).is_file() for name in (*HF_WEIGHT_FILES, *RUN_CHECKPOINTS)):
+        return models[0]
+    return folder
