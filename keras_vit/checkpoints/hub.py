@@ -53,8 +53,9 @@ def cached(name):
 
 
 def download(name):
-    """The local snapshot folder of `hf://` name `name`: the cached one when it holds weights,
-    else downloaded (only its JSON files and one weights file)."""
+    """The local checkpoint of `hf://` name `name` (its snapshot folder, or the folder's one
+    `.keras` file): the cached snapshot when it holds weights, else downloaded (only its JSON
+    files and one weights file, or its `.keras` files and labels)."""
     repository, revision = parse(name)
     try:
         import huggingface_hub  # noqa: F401
