@@ -157,6 +157,8 @@ def _run(args):
     KERAS_BACKEND named another."""
     if getattr(args, "standalone", False):  # reads package metadata only: no Keras, no TensorFlow
         return args.run(args)
+    if getattr(args, "check", None):  # bad input that needs no Keras, refused before it loads
+        args.check(args)
     backend = getattr(args, "keras_backend", None)
     if callable(backend):
         backend = backend(args)

@@ -40,7 +40,13 @@ _FLAGS = {
             "best.keras is the last epoch)",
         ),
     ),
-    "--preset": ("preset", dict(help="model preset (default: the digits model, or set one for other data)")),
+    "--preset": (
+        "preset",
+        dict(
+            help="model preset to train from scratch (default: the digits model; other data needs --weights or a "
+            "preset)"
+        ),
+    ),
     "--image-size": (
         "image_size",
         dict(type=int, nargs="+", metavar="PIXELS", help="H [W] of the input (position embeddings resampled)"),
@@ -57,8 +63,30 @@ _FLAGS = {
         "recipe",
         dict(
             choices=names.RECIPES,
-            help="pretrain: AdamW; finetune: SGD (default: finetune with --weights, else pretrain)",
+            help="pretrain: the paper's AdamW; finetune: the paper's SGD; finetune-adamw: AdamW with layer-wise "
+            "learning-rate decay 0.65 (BEiT, MAE) (default: finetune with --weights, else pretrain)",
         ),
+    ),
+    "--freeze-backbone": (
+        "freeze_backbone",
+        dict(
+            action="store_true",
+            default=None,
+            help="linear probe of --weights: the backbone's features of each image computed once, only the head "
+            "trained on them (default recipe: SGD, base learning rate 0.1 at batch 256, 90 epochs, as MAE's probe)",
+        ),
+    ),
+    "--layer-decay": (
+        "layer_decay",
+        dict(
+            type=float,
+            help="layer-wise learning-rate decay in (0, 1]: block i of L learns at DECAY^(L-i) of the rate, the "
+            "embeddings at DECAY^(L+1) (default: finetune-adamw 0.65, else off; BEiT/MAE use 0.65-0.75)",
+        ),
+    ),
+    "--head-lr-scale": (
+        "head_lr_scale",
+        dict(type=float, help="the head's learning rate as a multiple of the rate (default 1)"),
     ),
     "--protocol": (
         "protocol",
@@ -200,7 +228,7 @@ def add_parser(subparsers):
     processes.add_argument("--num-processes", type=int, help="processes in the job")
     processes.add_argument("--process-id", type=int, help="this process, 0 to N-1 (0 writes the run directory)")
     processes.add_argument("--job-addresses", help="host:port of process 0 (or every process's, comma-separated)")
-    train.set_defaults(run=run_train)
+    train.set_defaults(run=run_train, check=check_train)
 
     evaluate = subparsers.add_parser(
         "evaluate",
@@ -261,6 +289,29 @@ def add_parser(subparsers):
         help='one JSON object per image: {"image": PATH, "top_k": [{"label": NAME, "probability": P}, ...]}',
     )
     predict.set_defaults(run=run_predict)
+
+
+def check_train(args):
+    """Refuses, before Keras and TensorFlow are imported, a run that would train ViT-B/16 from
+    scratch on a folder or tfds dataset (`names.scratch_refusal`): the dataset, weights, preset
+    and model fields of the flags, over those of a readable `--config` file."""
+    options = {}
+    if args.config:
+        import yaml
+
+        try:
+            with open(args.config) as file:
+                loaded = yaml.safe_load(file)
+        except (OSError, yaml.YAMLError):
+            return  # `run_train` says what is wrong with the file
+        options = loaded if isinstance(loaded, dict) else {}
+    given = {name: getattr(args, name) for name in ("dataset", "weights", "preset") if getattr(args, name)}
+    options = {**options, **given}
+    refusal = names.scratch_refusal(
+        options.get("dataset"), options.get("weights"), options.get("preset"), options.get("model")
+    )
+    if refusal:
+        raise ValueError(refusal + ".")
 
 
 def run_train(args):

@@ -105,8 +105,31 @@ def cache_home():
 # split of a tfds dataset (tfds's own name for that); for evaluating on data training never saw.
 WHOLE_SPLIT = "all"
 
-# Training options with a fixed set of values (keras_vit.training.TrainConfig).
-RECIPES = ("pretrain", "finetune")
+# Training options with a fixed set of values (keras_vit.training.TrainConfig): the paper's
+# pre-training (AdamW) and fine-tuning (SGD) recipes, and the AdamW fine-tune of BEiT and MAE
+# (layer-wise learning-rate decay), keras_vit.training.recipes.
+RECIPES = ("pretrain", "finetune", "finetune-adamw")
+# The checkpoint a refused from-scratch run is pointed to (`scratch_refusal`): ViT-S/16 pre-trained
+# on ImageNet-21k and fine-tuned on ImageNet-1k (AugReg), 22M parameters.
+SUGGESTED_WEIGHTS = "vit_s16.augreg_in21k_ft_in1k"
+
+
+def scratch_refusal(dataset, weights=None, preset=None, model=None):
+    """Why a run may not train: a dataset other than digits with neither `weights`, a `preset`
+    nor `model` fields would train `ViTConfig`'s default, ViT-B/16, from random weights, the
+    paper's worst case; one line with the fine-tune to run instead. None when the run may train.
+    Standard library only: the command line checks this before it imports Keras."""
+    if dataset in (None, "digits") or weights or preset or model:
+        return None
+    return (
+        f"{dataset} with neither --weights nor --preset would train ViT-B/16 (86M parameters) from random weights, "
+        "the paper's worst case (a ViT trained from scratch on little data falls behind a ResNet; its accuracy comes "
+        f"from pre-training): fine-tune a pre-trained checkpoint instead, `keras-vit train --dataset {dataset} "
+        f"--weights {SUGGESTED_WEIGHTS}` (add --freeze-backbone for a fast linear probe), or name a --preset to "
+        "train from scratch anyway"
+    )
+
+
 # The paper's fine-tuning protocols (Table 4, appendix B.1.1), `train --protocol NAME`.
 PROTOCOLS = ("imagenet", "cifar10", "cifar100", "pets", "flowers", "vtab")
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")

@@ -793,22 +793,23 @@ def test_a_bad_model_is_named_before_the_run_directory_is_touched(tmp_path, caps
 
 
 def test_empty_folder_and_foreign_run_dir(tmp_path, capsys):
+    preset = ["--preset", "vit_ti16"]  # a folder with neither weights nor a preset is refused first
     (tmp_path / "empty" / "a").mkdir(parents=True)
-    assert main(["train", "--dataset", str(tmp_path / "empty"), "--run-dir", str(tmp_path / "r")]) == 2
+    assert main(["train", "--dataset", str(tmp_path / "empty"), "--run-dir", str(tmp_path / "r"), *preset]) == 2
     assert "has no readable images" in capsys.readouterr().err
     for name in ("a", "b"):  # one image per class: nothing to evaluate on
         (tmp_path / "empty" / name).mkdir(exist_ok=True)
         Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(tmp_path / "empty" / name / "only.png")
-    assert main(["train", "--dataset", str(tmp_path / "empty"), "--run-dir", str(tmp_path / "r")]) == 2
+    assert main(["train", "--dataset", str(tmp_path / "empty"), "--run-dir", str(tmp_path / "r"), *preset]) == 2
     assert "too few images to hold out an evaluation split" in capsys.readouterr().err
     _write_folder(tmp_path / "data")
     (tmp_path / "data" / "owl").mkdir()  # a class the head would have and no image would teach
-    assert main(["train", "--dataset", str(tmp_path / "data"), "--run-dir", str(tmp_path / "r")]) == 2
+    assert main(["train", "--dataset", str(tmp_path / "data"), "--run-dir", str(tmp_path / "r"), *preset]) == 2
     err = capsys.readouterr().err
     assert "class folder(s) without readable images (.jpg, .jpeg, .png, .bmp, .gif, .webp): owl; add" in err
     (tmp_path / "data" / "owl").rmdir()
     shutil.rmtree(tmp_path / "data" / "dog")
-    assert main(["train", "--dataset", str(tmp_path / "data"), "--run-dir", str(tmp_path / "r")]) == 2
+    assert main(["train", "--dataset", str(tmp_path / "data"), "--run-dir", str(tmp_path / "r"), *preset]) == 2
     assert "has one class (cat); a classifier needs at least 2" in capsys.readouterr().err
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "config.yaml").write_text("dataset: something else\n")
@@ -1368,7 +1369,7 @@ def test_dataset_defaults_fill_only_unset_options():
     assert (digits_tuned.clip_norm, digits_tuned.augment, digits_tuned.flip) == (1.0, "affine", False)
     assert TrainConfig(dataset="tfds:cifar10").resolved().recipe == "pretrain"
     for field in ("recipe", "augment"):  # choices that include None are listed without it
-        with pytest.raises(ValueError, match=f"unknown {field} 'bogus'; choose from [a-z, ]+\\.$"):
+        with pytest.raises(ValueError, match=f"unknown {field} 'bogus'; choose from [a-z, -]+\\.$"):
             TrainConfig(**{field: "bogus"})
 
 

@@ -260,11 +260,14 @@ class AtomicCheckpoint(keras.callbacks.Callback):
     after the last epoch, and `best.keras` whenever `monitor` improves (with `last.keras` when
     `monitor` is None), each written to a temporary file and renamed, so a kill never leaves a
     half-written model, and without the optimizer, so it loads wherever keras_vit is imported
-    (`backup/` holds the resumable state). Epochs whose loss is not finite are never saved."""
+    (`backup/` holds the resumable state). Epochs whose loss is not finite are never saved.
+    `saved`: the model that is saved, when `fit` trains a part of it (a linear probe's head);
+    default: the model trained."""
 
-    def __init__(self, run_dir, monitor="val_accuracy", interval=0.0):
+    def __init__(self, run_dir, monitor="val_accuracy", interval=0.0, saved=None):
         super().__init__()
         self.run_dir = Path(run_dir)
+        self.saved = saved
         self.monitor = monitor
         self.best = -math.inf
         self._due = _Every(interval)
@@ -294,7 +297,7 @@ class AtomicCheckpoint(keras.callbacks.Callback):
         if not (save_last or improved):
             return
         with this_process_only():  # the copy lives on this process's devices (only it saves)
-            self._copy = inference_copy(self.model, into=self._copy)
+            self._copy = inference_copy(self.saved or self.model, into=self._copy)
         if save_last:
             self._save(last)
             if self.monitor is None:  # best is last: the same bytes, copied and renamed into place

@@ -59,6 +59,12 @@ class TrainConfig:
     model: dict = dataclasses.field(default_factory=dict)
     weights: str | None = None
     recipe: str | None = None  # None: "finetune" when starting from `weights`, else "pretrain"
+    # A linear probe of the `weights`: their backbone's features computed once, only the head trained.
+    freeze_backbone: bool = False
+    # Layer-wise learning-rate decay (BEiT): block i of L learns at layer_decay ** (L - i) of the
+    # rate, the embeddings at layer_decay ** (L + 1); None: off (recipe finetune-adamw: 0.65).
+    layer_decay: float | None = None
+    head_lr_scale: float = 1.0  # the head's learning rate over its layer's
     protocol: str | None = None  # one of the paper's fine-tuning protocols (implies recipe finetune)
     epochs: int | None = None
     steps: int | None = None  # total optimizer steps, instead of epochs
@@ -145,6 +151,20 @@ class TrainConfig:
                     else f"in [{low}, {high})"
                 )
                 raise ValueError(f"{_spelled(name)} must be {bound}; got {value}.")
+        if self.layer_decay is not None and not 0.0 < self.layer_decay <= 1.0:
+            raise ValueError(f"layer decay must be in (0, 1]; got {self.layer_decay}.")
+        if self.freeze_backbone:
+            if not self.weights:
+                raise ValueError(
+                    "freeze backbone (a linear probe) trains a head on a pre-trained backbone's features: give the "
+                    "weights to start from."
+                )
+            augmented = [n for n in ("randaugment", "mixup", "cutmix") if getattr(self, n)]
+            if augmented:
+                raise ValueError(
+                    f"freeze backbone trains on features computed once per image, without augmentation: "
+                    f"{', '.join(augmented)} cannot apply; leave {'them' if len(augmented) > 1 else 'it'} out."
+                )
         if not 0 <= self.seed < 2**32:
             raise ValueError(f"seed must be in [0, 2**32); got {self.seed}.")
         if self.ema is not None and not 0.0 < self.ema < 1.0:
@@ -187,6 +207,17 @@ class TrainConfig:
         if c.recipe == "pretrain":
             # The paper: Adam(0.9, 0.999), weight decay 0.1, lr 1e-3 for batch 4096 (scaled below).
             defaults = dict(epochs=300, learning_rate=1e-3, base_batch_size=4096, weight_decay=0.1)
+        elif c.recipe == "finetune-adamw":
+            # MAE's fine-tune of ViT-B (its appendix A.2, after BEiT): AdamW(0.9, 0.999), base lr
+            # 5e-4 for batch 256 (scaled linearly), weight decay 0.05, layer decay 0.65, label
+            # smoothing 0.1, no clipping; 10 epochs (MAE: 100 on ImageNet).
+            defaults = dict(epochs=10, learning_rate=5e-4, base_batch_size=256, weight_decay=0.05, label_smoothing=0.1)
+            if not c.freeze_backbone:
+                defaults["layer_decay"] = 0.65
+        elif c.freeze_backbone:
+            # MAE's linear probe (appendix A.3): base lr 0.1 for batch 256 (scaled linearly), 90
+            # epochs, no weight decay; SGD momentum 0.9 here (MAE: LARS), no clipping.
+            defaults = dict(epochs=90, learning_rate=0.1, base_batch_size=256, weight_decay=0.0)
         else:
             # Fine-tuning: SGD momentum 0.9, batch 512, lr 0.01 for it (scaled below), clip at 1.
             defaults = dict(epochs=10, learning_rate=0.01, base_batch_size=512, weight_decay=0.0)
@@ -251,6 +282,7 @@ _RANGES = (
     ("warmup_fraction", 0.0, 1.0),
     ("mixup", 0.0, float("inf")),
     ("cutmix", 0.0, float("inf")),
+    ("head_lr_scale", 0.0, None),
 )
 
 

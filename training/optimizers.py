@@ -13,7 +13,9 @@ update, not once per variable (see `_ScalarsOncePerUpdate`). Other backends, AMS
 without momentum and sparse gradients take Keras's update unchanged.
 
 Unlike Keras's optimizers, these keep the `var_names` given to `exclude_from_weight_decay` in
-their config, so a model loaded from a `.keras` file trains on with the same weight decay.
+their config, so a model loaded from a `.keras` file trains on with the same weight decay. Both
+take `rates`, a learning-rate factor per variable (layer-wise decay and a head scale, see
+`_LayerRates`), on every backend.
 """
 
 import keras
@@ -52,7 +54,28 @@ class _SavedDecayExclusions:
         return optimizer
 
 
-class _ScalarsOncePerUpdate:
+class _LayerRates:
+    """A learning-rate factor per variable, `rates` ({variable path: factor}; others 1): the
+    layer-wise decay and head scale of a fine-tune (`recipes.layer_rates`). A variable's update
+    and its decoupled weight decay both take the learning rate times its factor, as a PyTorch
+    optimizer's parameter group with its own learning rate does (BEiT, MAE)."""
+
+    def __init__(self, *args, rates=None, **kwargs):
+        super().__init__(*args, **kwargs)  # Keras's optimizers set no attribute before it
+        self.rates = {str(path): float(factor) for path, factor in (rates or {}).items()}
+
+    def rate(self, variable):
+        """The factor of `variable` (a Keras variable, or inside tf.distribute's update its
+        replica's TensorFlow variable), found by its place among the trainable variables."""
+        if not self.rates:
+            return 1.0
+        return self.rates.get(self._trainable_variables[self._get_variable_index(variable)].path, 1.0)
+
+    def get_config(self):
+        return {**super().get_config(), **({"rates": self.rates} if self.rates else {})}
+
+
+class _ScalarsOncePerUpdate(_LayerRates):
     """The scalar inputs of the fused kernels, built once per traced update (and device and dtype)
     and shared by every variable's kernel, instead of once per variable.
 
@@ -72,11 +95,11 @@ class _ScalarsOncePerUpdate:
             self._update_scalars = None
 
     def _scalar(self, name, variable, make):
-        """`make()` cast to `variable`'s dtype, built once per update, device and dtype (once per
-        call outside an update)."""
+        """`make()` cast to `variable`'s dtype, built once per update, device, dtype and
+        learning-rate factor (once per call outside an update)."""
         if self._update_scalars is None:
             return tf.cast(make(), variable.dtype)
-        key = (name, variable.device, variable.dtype)
+        key = (name, variable.device, variable.dtype, self.rate(variable))
         if key not in self._update_scalars:
             self._update_scalars[key] = tf.cast(make(), variable.dtype)
         return self._update_scalars[key]
@@ -93,14 +116,29 @@ class _DecayInUpdateStep(_ScalarsOncePerUpdate):
     """
 
     def _apply_weight_decay(self, variables):
-        if keras.backend.backend() != "tensorflow":
-            super()._apply_weight_decay(variables)
+        if keras.backend.backend() == "tensorflow":
+            return  # in `update_step`
+        if not self.rates or self.weight_decay is None:
+            return super()._apply_weight_decay(variables)
+        for variable in variables:  # Keras's loop, each variable at its own learning rate
+            if self._use_weight_decay(variable):
+                factor = self.learning_rate * self.weight_decay * self.rate(variable)
+                variable.assign(variable - variable * keras.ops.cast(factor, variable.dtype))
+
+    def _rated(self, variable, learning_rate):
+        """The learning rate of `variable`'s update: times its factor (`_LayerRates`)."""
+        rate = self.rate(variable)
+        return learning_rate if rate == 1.0 else learning_rate * rate
 
     def _decay(self, variable, learning_rate):
         if self.weight_decay is None or keras.backend.backend() != "tensorflow":
             return
         if self._use_weight_decay(variable):
-            rate = self._scalar("decay", variable, lambda: tf.cast(learning_rate, variable.dtype) * self.weight_decay)
+            rate = self._scalar(
+                "decay",
+                variable,
+                lambda: tf.cast(self._rated(variable, learning_rate), variable.dtype) * self.weight_decay,
+            )
             variable.assign_sub(variable * rate)
 
 
@@ -112,7 +150,7 @@ class FusedAdamW(_DecayInUpdateStep, _SavedDecayExclusions, keras.optimizers.Ada
     def update_step(self, gradient, variable, learning_rate):
         self._decay(variable, learning_rate)
         if self.amsgrad or not _fusable(gradient):
-            return super().update_step(gradient, variable, learning_rate)
+            return super().update_step(gradient, variable, self._rated(variable, learning_rate))
         index = self._get_variable_index(variable)
 
         def scalar(name, make):
@@ -125,7 +163,7 @@ class FusedAdamW(_DecayInUpdateStep, _SavedDecayExclusions, keras.optimizers.Ada
             v=_handle(self._velocities[index]),
             beta1_power=scalar("beta1_power", lambda: tf.pow(tf.cast(self.beta_1, step.dtype), step)),
             beta2_power=scalar("beta2_power", lambda: tf.pow(tf.cast(self.beta_2, step.dtype), step)),
-            lr=scalar("lr", lambda: learning_rate),
+            lr=scalar("lr", lambda: self._rated(variable, learning_rate)),
             beta1=scalar("beta1", lambda: self.beta_1),
             beta2=scalar("beta2", lambda: self.beta_2),
             epsilon=scalar("epsilon", lambda: self.epsilon),
@@ -142,12 +180,12 @@ class FusedSGD(_DecayInUpdateStep, _SavedDecayExclusions, keras.optimizers.SGD):
     def update_step(self, gradient, variable, learning_rate):
         self._decay(variable, learning_rate)
         if self.momentum == 0 or not _fusable(gradient):
-            return super().update_step(gradient, variable, learning_rate)
+            return super().update_step(gradient, variable, self._rated(variable, learning_rate))
         momentum = self.momentums[self._get_variable_index(variable)]
         tf.raw_ops.ResourceApplyKerasMomentum(
             var=_handle(variable),
             accum=_handle(momentum),
-            lr=self._scalar("lr", variable, lambda: learning_rate),
+            lr=self._scalar("lr", variable, lambda: self._rated(variable, learning_rate)),
             grad=tf.cast(gradient, variable.dtype),
             momentum=self._scalar("momentum", variable, lambda: self.momentum),
             use_nesterov=self.nesterov,

@@ -28,7 +28,10 @@ def train_pipeline(source, config, image_size, num_classes, global_batch, start_
     multi-worker job's workers, `strategy.distribute_datasets_from_function`). That pipeline
     then reads its own part of each global batch (the contiguous part its replicas take when
     one pipeline feeds them all) as per-replica batches, and never decodes the other pipelines'
-    examples."""
+    examples.
+
+    `image_size` None: `source` holds a linear probe's feature vectors (`probe.py`), batched
+    as they are, without augmentation."""
     pipelines, index, replicas = 1, 0, 1
     if context is not None:
         pipelines, index = context.num_input_pipelines, context.input_pipeline_id
@@ -38,6 +41,8 @@ def train_pipeline(source, config, image_size, num_classes, global_batch, start_
     ds = source.passes(config.seed, start_step * global_batch, keep)
 
     def augment(image, label, position):
+        if image_size is None:  # a feature vector
+            return image, tf.one_hot(label, num_classes)
         seed = _seed(config.seed, position, 0)
         if config.augment == "translate":
             image = translate(image, image_size, seed)

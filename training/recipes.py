@@ -1,7 +1,10 @@
-"""The paper's optimisation recipes: `pretrain` (AdamW) and `finetune` (SGD + momentum), both with
-fused per-variable updates (`optimizers.py`)."""
+"""The optimisation recipes: the paper's `pretrain` (AdamW) and `finetune` (SGD + momentum), and
+`finetune-adamw` (AdamW with layer-wise learning-rate decay, as BEiT and MAE fine-tune), all with
+fused per-variable updates (`optimizers.py`). Their defaults, with their sources: `config.py`
+(`TrainConfig.resolved`) and docs/training.md."""
 
 import math
+import re
 
 import keras
 
@@ -9,6 +12,9 @@ from keras_vit.training.optimizers import FusedAdamW, FusedSGD
 
 # Biases, norms, the class token and the position embedding take no weight decay.
 NO_DECAY = ["bias", "gamma", "beta", "token", "embedding"]
+# The model's layers after its encoder blocks (keras_vit.ViT): BEiT's last layer id, with the head.
+_TOP_LAYERS = ("encoder_norm", "attention_pool", "pooling", "pre_logits", "head")
+_BLOCK = re.compile(r"block_(\d+)")
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -88,6 +94,8 @@ PROTOCOLS = {
     "vtab": dict(dataset=None, train_split=None, eval_split=None, steps=2_500, learning_rates=(0.01,)),
 }
 PROTOCOL_BATCH, PROTOCOL_WARMUP_STEPS, PROTOCOL_IMAGE_SIZE = 512, 500, 384
+# The recipes that train with AdamW; the others with SGD and momentum.
+ADAMW_RECIPES = ("pretrain", "finetune-adamw")
 
 
 def schedule(config, num_train, global_batch):
@@ -142,10 +150,10 @@ def steps_per_call(requested, steps_per_epoch, fused, resumed_step=0):
 
 def peak_learning_rate(config, global_batch):
     """`learning_rate` scaled from `base_batch_size` to the effective batch (the global batch
-    of a step times `accumulate`): with the square root of their ratio for AdamW (pretrain),
-    linearly for SGD (finetune). Linear scaling took the paper's 1e-3 at 4096 to 7.8e-6 at
-    batch 32, where the digits model learned nothing in 40 epochs (18.9% held-out top-1; 8.8e-5
-    by the square root: 73.5%)."""
+    of a step times `accumulate`): with the square root of their ratio for pre-training (AdamW),
+    linearly for fine-tuning (SGD, and AdamW as MAE scales it). Linear scaling took the paper's
+    1e-3 at 4096 to 7.8e-6 at batch 32, where the digits model learned nothing in 40 epochs
+    (18.9% held-out top-1; 8.8e-5 by the square root: 73.5%)."""
     ratio = global_batch * config.accumulate / config.base_batch_size
     return config.learning_rate * (math.sqrt(ratio) if config.recipe == "pretrain" else ratio)
 
@@ -158,21 +166,44 @@ def warmup_steps(config, total):
     return int(total * config.warmup_fraction)
 
 
-def build_optimizer(config, steps_per_epoch, global_batch, epochs=None):
+def layer_rates(variables, num_layers, layer_decay=1.0, head_scale=1.0):
+    """{variable path: learning-rate factor} of a ViT's `variables` (those whose factor is not 1),
+    BEiT's layer-wise decay: the embeddings (patch, class token, position, registers, a hybrid's
+    ResNet) are layer 0, block i is layer i + 1, and the final norm, pooling and head layer
+    `num_layers` + 1; layer n learns at `layer_decay` ** (`num_layers` + 1 - n) of the peak rate,
+    and the head at `head_scale` times its layer's."""
+    rates = {}
+    for variable in variables:
+        top = variable.path.split("/")[0]
+        block = _BLOCK.fullmatch(top)
+        if top in _TOP_LAYERS:
+            factor = head_scale if top == "head" else 1.0
+        else:
+            factor = layer_decay ** (num_layers - int(block[1]) if block else num_layers + 1)
+        if factor != 1.0:
+            rates[variable.path] = factor
+    return rates
+
+
+def build_optimizer(config, steps_per_epoch, global_batch, epochs=None, variables=(), num_layers=0):
     """The optimizer of a resolved `TrainConfig`'s recipe, for `epochs` (default: the
     config's) of `steps_per_epoch` training steps of `global_batch` examples; with
     `accumulate` N, every N steps' gradients are averaged into one update (Keras's
-    `gradient_accumulation_steps`), and the schedule counts updates."""
+    `gradient_accumulation_steps`), and the schedule counts updates. `variables`: the trained
+    model's, of a ViT of `num_layers` blocks, for the config's layer decay and head scale
+    (`layer_rates`)."""
     total = (epochs or config.epochs) * steps_per_epoch // config.accumulate
     peak = peak_learning_rate(config, global_batch)
     schedule = WarmupDecay(peak, warmup_steps(config, total), total, config.decay, config.accumulate)
-    if config.recipe == "pretrain":
+    rates = layer_rates(variables, num_layers, config.layer_decay or 1.0, config.head_lr_scale)
+    if config.recipe in ADAMW_RECIPES:
         optimizer = FusedAdamW(
             schedule,
             beta_1=0.9,
             beta_2=0.999,
             weight_decay=config.weight_decay,
             global_clipnorm=config.clip_norm,
+            rates=rates,
             **_averaging(config),
         )
         optimizer.exclude_from_weight_decay(var_names=NO_DECAY)
@@ -182,6 +213,7 @@ def build_optimizer(config, steps_per_epoch, global_batch, epochs=None):
         momentum=0.9,
         global_clipnorm=config.clip_norm,
         weight_decay=config.weight_decay or None,
+        rates=rates,
         **_averaging(config),
     )
     if config.weight_decay:

@@ -15,7 +15,7 @@ import yaml
 import keras_vit
 from keras_vit import names, progress, saving
 from keras_vit.checkpoints import known
-from keras_vit.training import datasets, multi_worker, pipeline, recipes, remat
+from keras_vit.training import datasets, multi_worker, pipeline, probe, recipes, remat
 from keras_vit.training.callbacks import AtomicCheckpoint, ResumeState, StopAfterEpoch, StopOnInterrupt, StopOnNaN
 from keras_vit.training.config import SPLIT_FIELDS, TrainConfig
 from keras_vit.training.strategy import agree, batch_multiple, make_placement, process_count, this_process_only
@@ -57,6 +57,9 @@ def fit(config, overwrite=False, verbose=None):
         )
     if c.remat:
         remat.check_backend()
+    refusal = names.scratch_refusal(c.dataset, c.weights, c.preset, c.model)
+    if refusal:
+        raise ValueError(refusal + ".")
     # A bad preset, model field or checkpoint fails before the run directory is touched.
     # A run resumed (or finished) takes its architecture from its own checkpoint, and its weights
     # from its resume state: the checkpoint it started from may have moved or gone since.
@@ -80,21 +83,29 @@ def fit(config, overwrite=False, verbose=None):
     if len(source.class_names) < 2:  # a test folder of one class is fine for `evaluate`
         raise ValueError(f"{c.dataset} has one class ({source.class_names[0]}); a classifier needs at least 2.")
     c = dataclasses.replace(c, data_fingerprint=source.fingerprint)
+    with placement.scope():
+        resuming = ResumeState.saved_epochs(backup_dir) is not None
+        # A probe's resume state holds its head only: the backbone comes from the weights again.
+        model = _build_model(c, model_config, source.class_names, load_weights=c.freeze_backbone or not resuming)
+        trained = model  # what `fit` trains: the model, or for a linear probe its head on cached features
+        if c.freeze_backbone:
+            source, trained = probe.features_and_head(model, source, global_batch, batch_multiple(global_batch))
     steps_per_epoch, epochs = recipes.schedule(c, source.num_train, global_batch)
-    # The small digits model on one device runs fastest under XLA, many steps per call (Keras's
-    # multi-step loop fails under tf.distribute's Mirrored strategies; under PyTorch it takes one
-    # step per call and jit_compile means torch.compile).
-    small = c.is_digits and placement.replicas == 1 and placement.supports_jit and keras.backend.backend() != "torch"
+    # The small digits model and a probe's head on one device run fastest under XLA, many steps
+    # per call (Keras's multi-step loop fails under tf.distribute's Mirrored strategies; under
+    # PyTorch it takes one step per call and jit_compile means torch.compile).
+    small = (c.is_digits or c.freeze_backbone) and placement.replicas == 1 and placement.supports_jit
+    small = small and keras.backend.backend() != "torch"
     jit_compile = (placement.prefers_jit or small) if c.jit_compile is None else c.jit_compile
     resumed_step = ResumeState.saved_step(backup_dir) or 0
     # An epoch with fewer steps now than the state's (a folder lost images) counts as done.
     resumed_step = resumed_step if resumed_step < steps_per_epoch else 0
     steps_per_call = recipes.steps_per_call(c.steps_per_execution, steps_per_epoch, small, resumed_step)
     with placement.scope():
-        resuming = ResumeState.saved_epochs(backup_dir) is not None
-        model = _build_model(c, model_config, source.class_names, load_weights=not resuming)
-        model.compile(
-            optimizer=recipes.build_optimizer(c, steps_per_epoch, global_batch, epochs),
+        trained.compile(
+            optimizer=recipes.build_optimizer(
+                c, steps_per_epoch, global_batch, epochs, trained.trainable_variables, model.config.num_layers
+            ),
             loss=keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=c.label_smoothing),
             weighted_metrics=_metrics(len(source.class_names)),  # weighted: padding examples do not count
             jit_compile=jit_compile and placement.supports_jit,
@@ -102,17 +113,19 @@ def fit(config, overwrite=False, verbose=None):
         )
         # Optimizer slots created now, not inside the first traced step: that step is then
         # traced once instead of twice (ViT-Ti/16 on 2 CPU cores: first step 18 s -> 9 s).
-        model.optimizer.build(model.trainable_variables)
+        trained.optimizer.build(trained.trainable_variables)
     if c.strategy == "multi_worker":
-        multi_worker.apply(model)
-    size, num_classes = model.config.image_size, len(source.class_names)
+        multi_worker.apply(trained)
+    # A probe's examples are feature vectors: no image size, no transform.
+    size = None if c.freeze_backbone else model.config.image_size
+    num_classes = len(source.class_names)
     # The epoch kept as best.keras is chosen on the selection split, never on the evaluation
     # split that eval.json reports.
     selection = None
     if source.select is not None:
         selection = pipeline.eval_pipeline(
             source.select,
-            model.image_transform,
+            (lambda vectors: vectors) if c.freeze_backbone else model.image_transform,
             num_classes,
             global_batch,
             source.num_select,
@@ -142,7 +155,7 @@ def fit(config, overwrite=False, verbose=None):
     ]
     if chief:
         callbacks += [
-            AtomicCheckpoint(run_dir, None if selection is None else "val_accuracy", c.checkpoint_interval),
+            AtomicCheckpoint(run_dir, None if selection is None else "val_accuracy", c.checkpoint_interval, model),
             keras.callbacks.CSVLogger(str(run_dir / "log.csv"), append=True),
             keras.callbacks.TensorBoard(str(run_dir / "tensorboard")),
         ]
@@ -152,8 +165,8 @@ def fit(config, overwrite=False, verbose=None):
         "keras_vit: training on %s, global batch %s, %s; %s, peak learning rate %.3g, %d epoch%s of %d step%s",
         placement.description,
         global_batch if c.accumulate == 1 else f"{global_batch * c.accumulate} ({c.accumulate} x {global_batch})",
-        _execution(model.jit_compile) + (", blocks rematerialised" if c.remat else ""),
-        "AdamW" if c.recipe == "pretrain" else "SGD",
+        _execution(trained.jit_compile) + (", blocks rematerialised" if c.remat else ""),
+        ("AdamW" if c.recipe in recipes.ADAMW_RECIPES else "SGD") + _rates(c),
         recipes.peak_learning_rate(c, global_batch),
         epochs,
         "" if epochs == 1 else "s",
@@ -163,7 +176,7 @@ def fit(config, overwrite=False, verbose=None):
     _store_config(c)
     if chief:
         (run_dir / LABELS_FILE).write_text("\n".join(source.class_names) + "\n")
-    resume.set_model(model)
+    resume.set_model(trained)
     with placement.scope():
         epoch, step = resume.restore()
     if step >= steps_per_epoch:
@@ -184,7 +197,7 @@ def fit(config, overwrite=False, verbose=None):
         # dataset, tf.distribute would run the whole pipeline on every worker and keep a part.
         data = placement.strategy.distribute_datasets_from_function(batches) if multi_worker_job else batches()
         # shuffle=False: the pipeline shuffles itself (Keras warns that it ignores shuffle=True).
-        model.fit(
+        trained.fit(
             data,
             epochs=epochs,
             initial_epoch=first_epoch,
@@ -524,6 +537,14 @@ def _global_batch(c, replicas):
 def _updates(steps, accumulate):
     """How many optimizer updates `steps` training steps make, in words, when they accumulate."""
     return f" ({steps // accumulate} optimizer updates of {accumulate} accumulated)" if accumulate > 1 else ""
+
+
+def _rates(c):
+    """The learning-rate factors of a run, in words (for its first log line)."""
+    parts = [f"layer decay {c.layer_decay:g}"] if c.layer_decay not in (None, 1.0) else []
+    parts += [f"head x{c.head_lr_scale:g}"] if c.head_lr_scale != 1.0 else []
+    parts += ["linear probe (backbone frozen)"] if c.freeze_backbone else []
+    return f" ({', '.join(parts)})" if parts else ""
 
 
 def _execution(jit_compile):
