@@ -274,8 +274,9 @@ def load_weights(model, source):
 
 def place(model, checkpoint, source):
     """`load_weights` of a checkpoint already opened (`open_checkpoint`) from `source`."""
-    notes = assign(model, checkpoint.weights, f"{Path(str(source)).name} ({checkpoint.kind})", checkpoint.class_names)
-    warn_numerics(model, checkpoint, Path(str(source)).name)
+    label = str(source) if str(source).startswith(hub.PREFIX) else Path(str(source)).name  # a name, or a file's
+    notes = assign(model, checkpoint.weights, f"{label} ({checkpoint.kind})", checkpoint.class_names)
+    warn_numerics(model, checkpoint, label)
     adopt_class_names(model, checkpoint)
     return notes
 
