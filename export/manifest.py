@@ -9,8 +9,9 @@ from keras_vit.export.source import ExportError
 from keras_vit.names import EXPORT_MANIFEST
 
 # The folders above an exported file in which its manifest may lie: the file's own (.tflite,
-# .onnx, .xml) or, for a SavedModel's files under NAME/VERSION/, the export's base directory.
-_LEVELS = 3
+# .onnx, .xml) or, for a SavedModel's files down to NAME/VERSION/variables/, the export's base
+# directory.
+_LEVELS = 4
 
 
 def sha256(path):

@@ -245,7 +245,7 @@ def test_a_damaged_exported_file_is_refused_in_one_line(model_file, tmp_path, ca
     manifest, where LiteRT would answer with no word."""
     from PIL import Image
 
-    from keras_vit.export import ExportConfig, export, load_source
+    from keras_vit.export import ExportConfig, ExportError, export, load_exported, load_source
     from keras_vit_cli import main
 
     export(load_source(model_file), ExportConfig(tflite_dir=str(tmp_path), modes=("float32",)))
@@ -261,6 +261,12 @@ def test_a_damaged_exported_file_is_refused_in_one_line(model_file, tmp_path, ca
         captured = capsys.readouterr()
         assert captured.out == "" and len(captured.err.strip().splitlines()) == 1, captured
         assert f"{file} does not match its SHA-256 in {tmp_path / 'SHA256SUMS'}" in captured.err
+    # a SavedModel's weights, listed in the manifest of the export's base directory
+    export(load_source(model_file), ExportConfig(saved_model_dir=str(tmp_path / "serving")))
+    weights = next((tmp_path / "serving" / "vit" / "1" / "variables").glob("variables.data-*"))
+    weights.write_bytes(weights.read_bytes()[:-8] + bytes(b ^ 0xFF for b in weights.read_bytes()[-8:]))
+    with pytest.raises(ExportError, match=r"variables.data-.* does not match its SHA-256 in .*serving/SHA256SUMS"):
+        load_exported(tmp_path / "serving")
 
 
 @pytest.mark.parametrize(
