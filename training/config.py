@@ -208,14 +208,14 @@ class TrainConfig:
             # The paper: Adam(0.9, 0.999), weight decay 0.1, lr 1e-3 for batch 4096 (scaled below).
             defaults = dict(epochs=300, learning_rate=1e-3, base_batch_size=4096, weight_decay=0.1)
         elif c.recipe == "finetune-adamw":
-            # MAE's fine-tune of ViT-B (its appendix A.2, after BEiT): AdamW(0.9, 0.999), base lr
+            # MAE's fine-tune of ViT-B (its Table 9, after BEiT): AdamW(0.9, 0.999), base lr
             # 5e-4 for batch 256 (scaled linearly), weight decay 0.05, layer decay 0.65, label
             # smoothing 0.1, no clipping; 10 epochs (MAE: 100 on ImageNet).
             defaults = dict(epochs=10, learning_rate=5e-4, base_batch_size=256, weight_decay=0.05, label_smoothing=0.1)
             if not c.freeze_backbone:
                 defaults["layer_decay"] = 0.65
         elif c.freeze_backbone:
-            # MAE's linear probe (appendix A.3): base lr 0.1 for batch 256 (scaled linearly), 90
+            # MAE's linear probe (its Table 10): base lr 0.1 for batch 256 (scaled linearly), 90
             # epochs, no weight decay; SGD momentum 0.9 here (MAE: LARS), no clipping.
             defaults = dict(epochs=90, learning_rate=0.1, base_batch_size=256, weight_decay=0.0)
         else:
