@@ -216,6 +216,121 @@ def test_transformers_dynamic_image_size(tmp_path, case):
         assert max_diff(model, expected, pixels) <= TOLERANCE, grid
 
 
+def _big_vision_siglip(state, depth, heads):
+    """A timm SigLIP tower's state dict in big_vision's .npz layout (`params/img/`, blocks
+    stacked on a leading layer axis as big_vision's `scan` saves them, the `MAPHead_0` head)."""
+
+    def attention(prefix, q, kv_or_qkv, proj, fused_kv):
+        weight, bias = kv_or_qkv
+        names = ("key", "value") if fused_kv else ("query", "key", "value")
+        out = {}
+        for name, w, b in zip(names, np.split(weight, len(names)), np.split(bias, len(names))):
+            out[f"{prefix}{name}/kernel"] = w.T.reshape(w.shape[1], heads, -1)
+            out[f"{prefix}{name}/bias"] = b.reshape(heads, -1)
+        if q is not None:
+            out[f"{prefix}query/kernel"] = q[0].T.reshape(q[0].shape[1], heads, -1)
+            out[f"{prefix}query/bias"] = q[1].reshape(heads, -1)
+        out[f"{prefix}out/kernel"] = proj[0].T.reshape(heads, -1, proj[0].shape[0])
+        out[f"{prefix}out/bias"] = proj[1]
+        return out
+
+    t = {k: v.numpy() for k, v in state.items()}
+    out = {
+        "embedding/kernel": t["patch_embed.proj.weight"].transpose(2, 3, 1, 0),
+        "embedding/bias": t["patch_embed.proj.bias"],
+        "pos_embedding": t["pos_embed"],
+        "Transformer/encoder_norm/scale": t["norm.weight"],
+        "Transformer/encoder_norm/bias": t["norm.bias"],
+        "MAPHead_0/probe": t["attn_pool.latent"],
+        "MAPHead_0/LayerNorm_0/scale": t["attn_pool.norm.weight"],
+        "MAPHead_0/LayerNorm_0/bias": t["attn_pool.norm.bias"],
+    }
+    pool = [t[f"attn_pool.{n}"] for n in ("q.weight", "q.bias", "kv.weight", "kv.bias", "proj.weight", "proj.bias")]
+    out.update(attention("MAPHead_0/MultiHeadDotProductAttention_0/", pool[:2], pool[2:4], pool[4:], True))
+    blocks = []
+    for i in range(depth):
+        b = f"blocks.{i}."
+        block = {
+            "LayerNorm_0/scale": t[b + "norm1.weight"],
+            "LayerNorm_0/bias": t[b + "norm1.bias"],
+            "LayerNorm_1/scale": t[b + "norm2.weight"],
+            "LayerNorm_1/bias": t[b + "norm2.bias"],
+        }
+        qkv = (t[b + "attn.qkv.weight"], t[b + "attn.qkv.bias"])
+        proj = (t[b + "attn.proj.weight"], t[b + "attn.proj.bias"])
+        block.update(attention("MultiHeadDotProductAttention_0/", None, qkv, proj, False))
+        blocks.append(block)
+    for j in range(2):
+        out[f"MAPHead_0/MlpBlock_0/Dense_{j}/kernel"] = t[f"attn_pool.mlp.fc{j + 1}.weight"].T
+        out[f"MAPHead_0/MlpBlock_0/Dense_{j}/bias"] = t[f"attn_pool.mlp.fc{j + 1}.bias"]
+        for i in range(depth):
+            blocks[i][f"MlpBlock_0/Dense_{j}/kernel"] = t[f"blocks.{i}.mlp.fc{j + 1}.weight"].T
+            blocks[i][f"MlpBlock_0/Dense_{j}/bias"] = t[f"blocks.{i}.mlp.fc{j + 1}.bias"]
+    for name in blocks[0]:
+        out[f"Transformer/encoderblock/{name}"] = np.stack([block[name] for block in blocks])
+    return {f"params/img/{k}": v for k, v in out.items()}
+
+
+def test_a_big_vision_siglip_npz_loads_with_its_attention_pool_head(tmp_path):
+    """big_vision's SigLIP image tower (.npz, `params/img/`, stacked blocks, `MAPHead_0`), written
+    from a timm model and read back by timm's own .npz reader to prove the layout, then loaded by
+    keras_vit: the pooled features of the timm model (with big_vision's tanh GELU) within 1e-4."""
+    from timm.models.vision_transformer import _load_weights
+
+    def siglip():
+        options = dict(depth=2, embed_dim=192, num_heads=3, num_classes=0, act_layer="gelu_tanh")
+        return timm.create_model("vit_base_patch16_siglip_224", pretrained=False, **options)
+
+    reference = perturbed_torch(siglip())
+    np.savez(tmp_path / "siglip.npz", **_big_vision_siglip(reference.state_dict(), depth=2, heads=3))
+    reread = siglip().eval()
+    _load_weights(reread, str(tmp_path / "siglip.npz"))
+    for name, value in reference.state_dict().items():
+        torch.testing.assert_close(reread.state_dict()[name], value, rtol=0, atol=0, msg=name)
+
+    pixels = sample_photos(224)
+    with torch.no_grad():
+        expected = reference(reference_input(pixels, 0.5, 0.5)).numpy()
+    model = keras_vit.ViT.from_checkpoint(tmp_path / "siglip.npz")
+    assert (model.config.classifier, model.config.num_classes, model.config.gelu_approximate) == ("map", 0, True)
+    assert max_diff(model, expected, pixels) <= TOLERANCE
+
+
+@pytest.mark.parametrize("name", ["vit_small_patch14_reg4_dinov2", "vit_giant_patch14_dinov2"])
+def test_an_official_dinov2_pth_loads_with_imagenet_statistics(tmp_path, name):
+    """The official DINOv2 layout (registers with a class position slot; DINOv2-g's fused SwiGLU
+    as `w12`/`w3`; blocks in chunks), proved by timm's own conversion of it, loads with the
+    pooled features of the timm model and ImageNet's statistics, which DINOv2's transforms use."""
+    from timm.models.vision_transformer import checkpoint_filter_fn
+
+    options = dict(depth=2, embed_dim=192, num_heads=3, img_size=224)
+    reference = perturbed_torch(timm.create_model(name, pretrained=False, **options))
+    state = {}
+    for key, value in reference.state_dict().items():
+        if "giant" in name:
+            key = key.replace(".mlp.fc1.", ".mlp.w12.").replace(".mlp.fc2.", ".mlp.w3.")
+            key = key.replace("blocks.1.", "blocks.1.1.").replace("blocks.0.", "blocks.0.0.")  # chunks of one block
+        state[key] = value.clone()
+    if "reg_token" in state:
+        slot = 0.05 * torch.randn(1, 1, state["pos_embed"].shape[-1], generator=torch.Generator().manual_seed(1))
+        state["register_tokens"] = state.pop("reg_token")
+        state["cls_token"] = state["cls_token"] - slot
+        state["pos_embed"] = torch.cat([slot, state["pos_embed"]], dim=1)
+    state["mask_token"] = torch.zeros(1, state["cls_token"].shape[-1])
+    if "giant" not in name:  # timm reads this layout back as the reference's own weights
+        for key, value in checkpoint_filter_fn(dict(state), reference).items():
+            torch.testing.assert_close(value, reference.state_dict()[key], atol=1e-7, rtol=0, msg=key)
+    torch.save(state, tmp_path / "dinov2.pth")
+
+    pixels = sample_photos(224)
+    mean, std = reference.pretrained_cfg["mean"], reference.pretrained_cfg["std"]
+    with torch.no_grad():
+        expected = reference(reference_input(pixels, mean, std)).numpy()
+    model = keras_vit.ViT.from_checkpoint(tmp_path / "dinov2.pth")
+    assert np.allclose(model.config.input_mean, np.asarray(mean) * 255) and model.config.classifier == "token"
+    assert max_diff(model, expected, pixels) <= TOLERANCE
+
+
 def test_a_class_slot_loads_into_a_model_without_one_by_folding_it_into_the_class_token(tmp_path, caplog):
     """Transformers stores DINOv2-with-registers with a class slot, timm without (the preset's
     way, `no_embed_class`): either loads into either, computing the same."""

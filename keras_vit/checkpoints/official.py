@@ -33,6 +33,7 @@ _LINEN_TO_ORIGINAL = {
     "MlpBlock_0": "MlpBlock_3",
 }
 _BLOCK = re.compile(r"^Transformer/encoderblock_(\d+)/")
+MAP_PROBE = "MAPHead_0/probe"  # big_vision's attention-pool head (SigLIP)
 
 
 def record(config, class_names):
@@ -63,8 +64,6 @@ def normalise(tensors):
     """Any official/big_vision variant -> the original release's names (a new dict)."""
     prefix = next((p for p in _PREFIXES if f"{p}embedding/kernel" in tensors), "")
     out = {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
-    if any(k.startswith("MAPHead_0/") for k in out):
-        raise CheckpointError("attention-pooling (MAP head) checkpoints are not supported; use a token or GAP model.")
     if "pos_embedding" in out:  # big_vision: top-level, without the class-token slot
         out[POS_KEY] = out.pop("pos_embedding")
     stacked = [k for k in out if k.startswith("Transformer/encoderblock/")]
@@ -97,10 +96,14 @@ def config_fields(tensors):
         num_layers=len(layers),
         num_heads=query.shape[1],
         mlp_dim=tensors["Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel"].shape[1],
-        classifier="token" if "cls" in tensors else "gap",
+        classifier="token" if "cls" in tensors else "map" if MAP_PROBE in tensors else "gap",
         num_classes=tensors["head/bias"].shape[-1] if "head/bias" in tensors else 0,
         representation_size=tensors["pre_logits/bias"].shape[-1] if "pre_logits/bias" in tensors else None,
     )
+    if MAP_PROBE in tensors:  # big_vision's SigLIP image towers: flax's GELU, the tanh form
+        fields["gelu_approximate"] = True
+        if tensors[MAP_PROBE].shape[-2] != 1:
+            raise CheckpointError("an attention-pool head with several probes is not supported.")
     if "Transformer/encoderblock_0/LayerScale_0/scale" in tensors:
         fields["layer_scale_init"] = 1e-5
     stride = 1
@@ -167,6 +170,7 @@ def to_keras(tensors):
             r.move(f"{src}MlpBlock_3/Dense_{j}/bias", f"{dst}mlp/{name}/bias")
         r.move(f"{src}LayerScale_0/scale", f"{dst}scale1/gamma")
         r.move(f"{src}LayerScale_1/scale", f"{dst}scale2/gamma")
+    _map_head_to_keras(r)
     r.move("Transformer/encoder_norm/scale", "encoder_norm/gamma")
     r.move("Transformer/encoder_norm/bias", "encoder_norm/beta")
     for name in ("pre_logits/kernel", "pre_logits/bias", "head/kernel", "head/bias"):
@@ -181,6 +185,27 @@ def to_keras(tensors):
             param = {"scale": "gamma", "bias": "beta"}.get(param, param) if layer.startswith("gn") else param
             r.move(key, f"resnet/block{stage}_unit{unit}/{layer}/{param}")
     return r.result()
+
+
+def _map_head_to_keras(r):
+    """big_vision's `MAPHead_0` -> the `attention_pool` layer (key and value in one Dense)."""
+    src, mha, dst = "MAPHead_0/", "MAPHead_0/MultiHeadDotProductAttention_0/", "attention_pool/"
+    r.move(MAP_PROBE, f"{dst}probe")
+    r.move(f"{mha}query/kernel", f"{dst}query/kernel", _flat_last)
+    r.move(f"{mha}query/bias", f"{dst}query/bias", lambda b: b.reshape(-1))
+    if r.has(f"{mha}key/kernel", f"{mha}value/kernel"):
+        r.out[f"{dst}key_value/kernel"] = np.concatenate(
+            [_flat_last(r.pop(f"{mha}{n}/kernel")) for n in ("key", "value")], axis=1
+        )
+    if r.has(f"{mha}key/bias", f"{mha}value/bias"):
+        r.out[f"{dst}key_value/bias"] = np.concatenate([r.pop(f"{mha}{n}/bias").reshape(-1) for n in ("key", "value")])
+    r.move(f"{mha}out/kernel", f"{dst}out/kernel", lambda w: w.reshape(-1, w.shape[-1]))
+    r.move(f"{mha}out/bias", f"{dst}out/bias")
+    r.move(f"{src}LayerNorm_0/scale", f"{dst}norm/gamma")
+    r.move(f"{src}LayerNorm_0/bias", f"{dst}norm/beta")
+    for j, name in ((0, "fc1"), (1, "fc2")):
+        r.move(f"{src}MlpBlock_0/Dense_{j}/kernel", f"{dst}mlp/{name}/kernel")
+        r.move(f"{src}MlpBlock_0/Dense_{j}/bias", f"{dst}mlp/{name}/bias")
 
 
 def from_keras(weights, num_heads):

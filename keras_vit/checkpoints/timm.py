@@ -11,7 +11,7 @@ import numpy as np
 
 from keras_vit.checkpoints.files import CheckpointError
 from keras_vit.checkpoints.official import image_size
-from keras_vit.config import resnet_stride
+from keras_vit.config import IMAGENET_MEAN, IMAGENET_STD, resnet_stride
 from keras_vit.names import INTERPOLATIONS
 
 logger = logging.getLogger("keras_vit")
@@ -68,6 +68,33 @@ def _fuse_eva(tensors):
     return t
 
 
+def is_official_dinov2(tensors):
+    """Whether a state dict is in the official DINOv2 layout (facebookresearch/dinov2 `.pth`):
+    timm's names plus the masked-modelling token."""
+    return "mask_token" in tensors and "patch_embed.proj.weight" in tensors
+
+
+def _from_official_dinov2(tensors):
+    """Official DINOv2 tensors in timm's names: `register_tokens` as `reg_token`, the fused
+    SwiGLU's `w12`/`w3` as `fc1`/`fc2` (gate first in both), chunked blocks (`blocks.{chunk}.{i}.`,
+    `i` counted over the whole model) unchunked; the masked-modelling token, which inference never
+    reads, dropped. The position embedding keeps its class slot."""
+    if not is_official_dinov2(tensors):
+        return tensors
+    out = {}
+    for name, value in tensors.items():
+        if name == "mask_token":
+            continue
+        name = "reg_token" if name == "register_tokens" else re.sub(r"^blocks\.\d+\.(\d+)\.", r"blocks.\1.", name)
+        out[re.sub(r"\.mlp\.w12\.", ".mlp.fc1.", re.sub(r"\.mlp\.w3\.", ".mlp.fc2.", name))] = value
+    return out
+
+
+def _canonical(tensors):
+    """Any timm-like layout (timm's own, its `Eva` class, official DINOv2) in timm's names."""
+    return _fuse_eva(_from_official_dinov2(tensors))
+
+
 def is_eva(tensors):
     """Whether a timm state dict is of timm's `Eva` class (EVA-02, DINOv3), whose options and
     default pooling differ from `VisionTransformer`'s."""
@@ -79,7 +106,7 @@ def is_eva(tensors):
 
 def to_keras(tensors):
     """timm state dict -> {keras_vit variable path: array}; unknown names are kept as they are."""
-    t = _fuse_eva(tensors)
+    t = _canonical(tensors)
     out = {}
     rules = [
         (r"cls_token", "class_token/token", None),
@@ -155,7 +182,7 @@ def config_fields(tensors):
         if any(name.startswith(prefix) for name in tensors):
             raise CheckpointError(f"a timm ViT with {what} is not supported yet (tensor {prefix}...).")
     eva = is_eva(tensors)
-    tensors = _fuse_eva(tensors)
+    tensors = _canonical(tensors)
     if "fc_norm.weight" in tensors and "norm.weight" in tensors:
         raise CheckpointError("a timm ViT with both norm and fc_norm LayerNorms is not supported.")
     kernel = tensors["patch_embed.proj.weight"]  # (D, C, P, P)
@@ -255,10 +282,13 @@ def pretrained_fields(hf_config, tensors):
     """The image transform a timm hub folder's `config.json` records in `pretrained_cfg`: its
     mean and std (in [0, 1], as pixel units here), input size (down to a multiple of the patch
     in `tensors`, as timm's patch convolution sees it: SigLIP So400m/14's 384 is 378), centre-crop
-    fraction and, where keras_vit's transform has it, interpolation; {} without them. Statistics
+    fraction and, where keras_vit's transform has it, interpolation; for an official DINOv2 file,
+    ImageNet's statistics (its own transforms'); {} without them. Statistics
     are rounded to 1e-5 pixel levels, as keras_vit.config's constants are, so that the same ones
     compare equal."""
     cfg = (hf_config or {}).get("pretrained_cfg")
+    if not isinstance(cfg, dict) and is_official_dinov2(tensors):  # DINOv2's own transforms: ImageNet's
+        return dict(normalize_inputs=True, input_mean=IMAGENET_MEAN, input_std=IMAGENET_STD)
     if not isinstance(cfg, dict):
         return {}
     fields = {}
