@@ -437,6 +437,44 @@ def test_finetune_from_an_official_layout_npz_at_a_larger_resolution(journey):
     assert "recipe: finetune" in config and "image_size: 36" in config
 
 
+def test_finetune_from_a_hub_name_in_the_local_cache_offline(journey, monkeypatch):
+    """The run published as a Hub repository (its best.keras and labels, laid out as
+    huggingface_hub caches them) fine-tunes by `hf://` name, offline, with the transform it
+    ships: the new run's model normalises and crops as the published one."""
+    home, run_dir, _, _ = journey
+    cache = home / "hub"
+    repository = cache / "models--me--digits-vit"
+    snapshot = repository / "snapshots" / ("0" * 40)
+    snapshot.mkdir(parents=True)
+    for name in ("best.keras", "labels.txt"):
+        shutil.copy(run_dir / name, snapshot / name)
+    (repository / "refs").mkdir()
+    (repository / "refs" / "main").write_text("0" * 40)
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    tuned = run(
+        KERAS_VIT,
+        "train",
+        "--dataset",
+        "digits",
+        "--weights",
+        "hf://me/digits-vit",
+        "--epochs",
+        "1",
+        "--run-dir",
+        home / "from_hub",
+    )
+    assert json.loads(tuned.stdout.strip().splitlines()[-1])["top1"] >= 0.9
+    assert "weights: hf://me/digits-vit" in (home / "from_hub" / "config.yaml").read_text()
+    transforms = python(f"""
+        import keras_vit
+        for path in ({str(run_dir)!r}, {str(home / "from_hub")!r}):
+            c = keras_vit.saving.load_model(path).config
+            print(c.input_mean, c.input_std, c.crop_fraction, c.interpolation)
+    """).stdout.splitlines()
+    assert len(transforms) == 2 and transforms[0] == transforms[1], transforms
+
+
 @pytest.mark.parametrize("backend", ["jax", "torch"])
 def test_verbs_without_tensorflow_code_on_other_backends(journey, backend):
     home, run_dir, images, _ = journey
