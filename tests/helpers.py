@@ -14,10 +14,13 @@ def tiny_config(**overrides):
 
 def perturb(model, seed=0, scale=0.05):
     """Moves every weight off its initial value (zero heads, unit LayerNorms, ...) so a
-    dropped, swapped or mis-wired tensor changes the outputs."""
+    dropped, swapped or mis-wired tensor changes the outputs; integer buffers (keras-hub's
+    position ids) are left as they are."""
     rng = np.random.default_rng(seed)
     for weight in model.weights:
         value = keras.ops.convert_to_numpy(weight)
+        if value.dtype.kind in "iub":
+            continue
         weight.assign((value + scale * rng.standard_normal(value.shape)).astype(value.dtype))
     return model
 
