@@ -59,5 +59,9 @@ def _features(extractor, model, examples, batch_size, multiple):
     labels = np.fromiter(examples.map(lambda image, label: label).as_numpy_iterator(), np.int64)
     channels = model.config.channels
     images = pipeline.eval_pipeline(examples, model.image_transform, 1, batch_size, len(labels), multiple, channels)
-    vectors = extractor.predict(images, verbose=0)["pooled"][: len(labels)]  # without data-parallel padding
+    # Its batches, counted for `predict` (a dataset of unknown length would end in Keras's warning
+    # that the input ran out): the examples and the blanks that make the last batch a multiple
+    # (`batch_size`, a global batch, divides by the data-parallel devices already).
+    steps = -(-(len(labels) + (-len(labels)) % multiple) // batch_size)
+    vectors = extractor.predict(images, steps=steps, verbose=0)["pooled"][: len(labels)]  # without the blanks
     return tf.data.Dataset.from_tensor_slices((vectors.astype("float32"), labels)), len(labels)
