@@ -1,5 +1,6 @@
-"""Pretrained checkpoints: official/big_vision .npz, timm and Hugging Face weights, keras-hub ViT
-presets, and keras_vit's own `.keras` models and training runs (to fine-tune a model trained here).
+"""Pretrained checkpoints: official/big_vision .npz, timm and Hugging Face weights, keras-hub ViT,
+DINOv2, DINOv3 and SigLIP presets, and keras_vit's own `.keras` models and training runs (to
+fine-tune a model trained here).
 
 keras_vit.load_weights(model, "ViT-B_16.npz")       # file, HF folder, known name, .keras or run dir
 keras_vit.save_npz(model, "finetuned.npz")          # the official layout, readable by timm
@@ -90,7 +91,7 @@ class Checkpoint(typing.NamedTuple):
 def read_checkpoint(source, infer_config=True):
     """Reads any supported checkpoint -> `(weights, fields, kind)`: weights keyed by keras_vit
     variable path, the ViTConfig fields it implies (None unless `infer_config`), and
-    "official", "timm", "huggingface", "keras-hub" (a keras-hub ViT preset folder or `.keras`
+    "official", "timm", "huggingface", "keras-hub" (a keras-hub preset folder or `.keras`
     file) or "keras" (a `.keras` model or a training run directory, whose `best.keras`, else
     `last.keras`, is read)."""
     return tuple(open_checkpoint(source, infer_config))[:3]
