@@ -11,6 +11,14 @@ LITERT_MODES = tuple(m for m in names.LITERT_MODES if m != "int16x8")  # the mod
 # ONNX Runtime beside LiteRT: the modes both have (int8 weights with dynamic activations; full int8).
 ONNX_MODES = tuple(m for m in names.ONNX_MODES if m in names.LITERT_MODES)
 
+# The families after the paper that people fine-tune, at 224 with a 1000-class head (so that
+# precisions' top-1 agreement means something), against timm's VisionTransformer of the same
+# options (keras-hub's ViT has none of them).
+FAMILY_CASES = (
+    ("DINOv2-S/14-reg4", dict(preset="dinov2_s14_reg4")),
+    ("SigLIP-B/16-224", dict(preset="siglip_b16_224")),
+)
+
 # The photo-size pipeline case, also timed with RandAugment.
 PIPELINE_224 = dict(
     name="pipeline 224 b32",
@@ -73,6 +81,19 @@ SUITES = {
                 agreement_images=256,
             )
             for n, p in (("S/16", "vit_s16"), ("B/16", "vit_b16"))
+        ]
+        + [
+            dict(
+                name=f"{n} inference b32",
+                model=dict(model, image_size=224, num_classes=1000),
+                batch=32,
+                dtypes=BOTH,
+                compilers=INFERENCE_COMPILERS,
+                timm_modes=TIMM_MODES,
+                agreement_images=256,
+                against=("timm",),
+            )
+            for n, model in FAMILY_CASES
         ]
         + [
             # bf16 serving latency: one image per call
