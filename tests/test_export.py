@@ -106,7 +106,8 @@ def test_report_meets_the_accuracy_size_and_agreement_bars(source, exported):
     table = (out / "tflite" / "export_report.md").read_text()
     assert all(f"| {name} |" in table for name in rows)
     assert sorted(p.name for p in (out / "tflite").iterdir()) == sorted(
-        [n for n in rows if n.endswith(".tflite")] + ["export_config.yaml", "export_report.json", "export_report.md"]
+        [n for n in rows if n.endswith(".tflite")]
+        + ["SHA256SUMS", "export_config.yaml", "export_report.json", "export_report.md"]
     )
 
 
