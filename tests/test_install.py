@@ -34,8 +34,9 @@ def _metadata():
 
 NAME = _metadata()["name"]
 VERSION = re.search(r'__version__ = "([^"]+)"', (ROOT / "keras_vit" / "__init__.py").read_text()).group(1)
-# The extras of the README's install line, as a user copies it.
-(EXTRAS,) = re.findall(rf'pip install "{re.escape(NAME)}\[([a-z,-]+)\]"', (ROOT / "README.md").read_text())
+# The extras of the README's install line, as a user copies it (the first: the CPU install; the
+# GPU lines after it add a CUDA build of the backend).
+EXTRAS = re.findall(rf'pip install "{re.escape(NAME)}\[([a-z,-]+)\]"', (ROOT / "README.md").read_text())[0]
 
 
 def run(*command, expect=0, env=None, cwd=None, timeout=1200):
