@@ -16,15 +16,12 @@ from keras_vit.export.litert import LiteRTModel
 from keras_vit.export.metadata import from_properties, read_labels, read_record
 from keras_vit.export.serving import BYTES_SIGNATURE, DATA_SPLIT_PATH
 from keras_vit.export.source import ExportError
-from keras_vit.names import DATA_SPLIT_FILE, IMAGE_TRANSFORM_FILE, LABELS_FILE, RUN_CHECKPOINTS
+from keras_vit.names import DATA_SPLIT_FILE, EXPORTED_FILES, IMAGE_TRANSFORM_FILE, LABELS_FILE, RUN_CHECKPOINTS
 from keras_vit.saving import holds_saved_model, read_labels_file, versions
 from keras_vit.transform import ImageTransform, to_channels
 
 # Encoded images per call of the SavedModel's bytes signature.
 SERVING_BATCH = 32
-# Exported files that hold one classifier each: LiteRT, ONNX, OpenVINO IR (with its .bin).
-FILE_SUFFIXES = (".tflite", ".onnx", ".xml")
-_RUNTIMES = {".tflite": "LiteRT", ".onnx": "ONNX", ".xml": "OpenVINO"}
 
 
 def is_exported(path):
@@ -35,11 +32,11 @@ def is_exported(path):
     path = Path(path)
     if any((path / name).is_file() for name in RUN_CHECKPOINTS):  # a run directory exported into
         return False
-    return path.suffix in FILE_SUFFIXES or holds_saved_model(path) or bool(_exported_files(path))
+    return path.suffix in EXPORTED_FILES or holds_saved_model(path) or bool(_exported_files(path))
 
 
 def _exported_files(directory):
-    return sorted(f for suffix in FILE_SUFFIXES for f in Path(directory).glob(f"*{suffix}"))
+    return sorted(f for suffix in EXPORTED_FILES for f in Path(directory).glob(f"*{suffix}"))
 
 
 def load_exported(path, crop=None):
@@ -53,12 +50,12 @@ def load_exported(path, crop=None):
     files = _exported_files(path) if path.is_dir() and not holds_saved_model(path) else []
     if len(files) > 1:
         listed = ", ".join(f.name for f in files)
-        runtimes = "/".join(dict.fromkeys(_RUNTIMES[f.suffix] for f in files))
+        runtimes = "/".join(dict.fromkeys(EXPORTED_FILES[f.suffix] for f in files))
         raise ExportError(f"{path} holds the {runtimes} files {listed}; name one, e.g. {files[0]}.")
     path = files[0] if files else path
-    if path.suffix in FILE_SUFFIXES:
+    if path.suffix in EXPORTED_FILES:
         if not path.is_file():
-            raise ExportError(f"{_RUNTIMES[path.suffix]} file not found: {path}")
+            raise ExportError(f"{EXPORTED_FILES[path.suffix]} file not found: {path}")
         manifest.verify([path, path.with_suffix(".bin")] if path.suffix == ".xml" else [path])
         if path.suffix == ".tflite":
             return TFLiteClassifier(path, crop)
@@ -163,7 +160,7 @@ class RuntimeClassifier:
         except (ValueError, RuntimeError) as error:
             if isinstance(error, ExportError):
                 raise
-            runtime = _RUNTIMES[self.path.suffix]
+            runtime = EXPORTED_FILES[self.path.suffix]
             raise ExportError(f"cannot load the {runtime} file {path}: {' '.join(str(error).split())[:200]}") from None
         self.labels, transform, self.data_split = from_properties(self._model.properties)
         transform = transform or {}

@@ -146,6 +146,9 @@ ONNX_MODES = ("float32", "dynamic", "int8")
 # OpenVINO IR files by the CPU inference precision they record: float32, or bf16 matmuls (CPUs with
 # AVX512_BF16 or AMX; the default precision there would be bf16 for every file without the record).
 OPENVINO_MODES = ("float32", "bfloat16")
+# Exported files that hold one classifier each, by suffix: the runtime that answers from them
+# (`predict`, `evaluate`); an OpenVINO .xml file has its weights in the .bin beside it.
+EXPORTED_FILES = {".tflite": "LiteRT", ".onnx": "ONNX", ".xml": "OpenVINO"}
 # Beside every exported file, in its directory: `sha256sum` lines (`HEX  PATH`) of the export's files,
 # checked by `predict` and `evaluate` before they load one (`sha256sum -c SHA256SUMS` checks them too).
 EXPORT_MANIFEST = "SHA256SUMS"

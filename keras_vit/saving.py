@@ -8,7 +8,7 @@ from pathlib import Path
 import keras
 
 # A training run directory, written by keras_vit.training and read by every command.
-from keras_vit.names import RUN_CHECKPOINTS, RUN_LABELS
+from keras_vit.names import EXPORTED_FILES, RUN_CHECKPOINTS, RUN_LABELS
 
 
 class ModelFileError(ValueError):
@@ -79,10 +79,10 @@ def run_checkpoint(run_dir):
         raise ModelFileError(
             f"{run_dir} is an exported SavedModel; give the run directory or .keras file it was exported from."
         )
-    if any(Path(run_dir).glob("*.tflite")):
+    if held := [runtime for suffix, runtime in EXPORTED_FILES.items() if any(Path(run_dir).glob(f"*{suffix}"))]:
         raise ModelFileError(
-            f"{run_dir} holds exported LiteRT files (`predict` and `evaluate --dataset` answer from one); give the "
-            "run directory or .keras file they were exported from."
+            f"{run_dir} holds exported {'/'.join(held)} files (`predict` and `evaluate --dataset` answer from one); "
+            "give the run directory or .keras file they were exported from."
         )
     raise ModelFileError(f"{run_dir} has no {' or '.join(RUN_CHECKPOINTS)} (has training finished an epoch?).")
 
@@ -122,10 +122,10 @@ def load_model(source, **overrides):
     path = Path(source)
     if is_run_dir(path):
         path = run_checkpoint(path)
-    if path.suffix == ".tflite":
+    if path.suffix in EXPORTED_FILES:
         raise ModelFileError(
-            f"{path} is an exported LiteRT file (`predict` and `evaluate --dataset` answer from it); give the run "
-            "directory or .keras file it was exported from."
+            f"{path} is an exported {EXPORTED_FILES[path.suffix]} file (`predict` and `evaluate --dataset` answer from "
+            "it); give the run directory or .keras file it was exported from."
         )
     from keras_vit.checkpoints import keras_hub  # checkpoints imports this module
 

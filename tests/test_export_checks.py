@@ -292,3 +292,15 @@ def test_a_missing_runtime_is_named_in_one_line(model_file, tmp_path, export_cli
     status, last = export_cli(model_file, flag, tmp_path / "out")
     assert status == 2 and last == f"keras-vit export: error: {line}."
     assert not (tmp_path / "out").exists()
+
+
+def test_onnx_and_openvino_files_given_where_a_model_is_needed_are_named(tmp_path):
+    from keras_vit.saving import load_model
+
+    (tmp_path / "vit_int8.onnx").write_bytes(b"")
+    with pytest.raises(ValueError, match=r"vit_int8.onnx is an exported ONNX file \(`predict` and `evaluate"):
+        load_model(tmp_path / "vit_int8.onnx")
+    (tmp_path / "openvino").mkdir()
+    (tmp_path / "openvino" / "vit_float32.xml").write_text("")
+    with pytest.raises(ValueError, match="openvino holds exported OpenVINO files"):
+        load_model(tmp_path / "openvino")
