@@ -6,7 +6,6 @@ import logging
 import os
 import shutil
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -360,13 +359,7 @@ def _measure_saved_model(target, images, labels, reference, kind):
         [signature(images=tf.constant(images[i : i + 64]))["probabilities"].numpy() for i in range(0, len(images), 64)]
     )
     one = tf.constant(images[:1])
-    for _ in range(3):
-        signature(images=one)
-    times = []
-    for _ in range(20):
-        start = time.perf_counter()
-        signature(images=one)
-        times.append(time.perf_counter() - start)
+    latency = report.median_ms(lambda: signature(images=one))
     return report.measure(
         f"{target.parent.name}/{target.name} (SavedModel, {kind})",
         "saved_model",
@@ -375,7 +368,7 @@ def _measure_saved_model(target, images, labels, reference, kind):
         probabilities,
         reference,
         labels,
-        1000 * float(np.median(times)),
+        latency,
     )
 
 

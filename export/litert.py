@@ -3,7 +3,6 @@ runner on the `ai_edge_litert` interpreter."""
 
 import logging
 import tempfile
-import time
 from typing import NamedTuple
 
 import numpy as np
@@ -396,11 +395,6 @@ class LiteRTModel:
 
     def latency_ms(self, image, repeats=20, warmup=3):
         """Median batch-1 wall time of `invoke` in milliseconds."""
-        for _ in range(warmup):
-            self._invoke(image)
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            self._invoke(image)
-            times.append(time.perf_counter() - start)
-        return 1000.0 * float(np.median(times))
+        from keras_vit.export.report import median_ms
+
+        return median_ms(lambda: self._invoke(image), repeats, warmup)
