@@ -31,7 +31,12 @@ def run_dir(tmp_path_factory):
     # Patch 4, Keras's AdamW and XLA: the model the bars below were set on (the default recipe's
     # lost 1.6 points in int8). The exporter is what is tested here, so its input stays fixed.
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(recipes, "FusedAdamW", keras.optimizers.AdamW)
+
+        def keras_adamw(*args, rates, **kwargs):
+            assert not rates  # no layer decay or head scale in this recipe
+            return keras.optimizers.AdamW(*args, **kwargs)
+
+        patch.setattr(recipes, "FusedAdamW", keras_adamw)
         fit(
             TrainConfig(
                 dataset="digits",
