@@ -121,6 +121,8 @@ def scratch_refusal(dataset, weights=None, preset=None, model=None):
     Standard library only: the command line checks this before it imports Keras."""
     if dataset in (None, "digits") or weights or preset or model:
         return None
+    if not dataset.startswith("tfds:") and not os.path.isdir(dataset):  # no folder: the dataset check says why
+        return None
     return (
         f"{dataset} with neither --weights nor --preset would train ViT-B/16 (86M parameters) from random weights, "
         "the paper's worst case (a ViT trained from scratch on little data falls behind a ResNet; its accuracy comes "

@@ -725,7 +725,7 @@ def test_tfds_offline_and_unknown_fail_fast(monkeypatch, tmp_path, caplog):
         (["--dataset", __file__], "is a file; an image folder holds one sub-folder per class"),
         (["--dataset", "digts"], "unknown dataset 'digts': use 'digits', 'tfds:NAME' or an image folder"),
         (["--dataset", "cifar10"], "unknown dataset 'cifar10'; did you mean tfds:cifar10?"),
-        (["--dataset", "tfds:imagenett"], "did you mean tfds:imagenette"),
+        (["--dataset", "tfds:imagenett", "--preset", "vit_ti16"], "did you mean tfds:imagenette"),
         (["--selection-fraction", "1"], "selection fraction must be in [0, 1); got 1.0"),
         (["--image-size", "0"], "--image-size must be positive; got 0."),  # was taken as "not given"
         (["--image-size", "24", "30", "36"], "--image-size takes one or two values (height [width])."),
