@@ -65,12 +65,16 @@ def test_family_parameter_counts_equal_timms(name):
     assert keras_vit.count_params(model) == FAMILY_PARAMETER_COUNTS[name]
 
 
-# The layers' weights are the same code on every backend: the four largest presets (10-15 s each
-# to initialise under JAX or PyTorch on 2 cores) are built in the TensorFlow pass only.
+# The layers' weights are the same code on every backend: the presets over 95M parameters (10-15 s
+# each to initialise under JAX or PyTorch on 2 cores) are built in the TensorFlow pass only, and
+# those over 250M (L, H, g: 6-31 s each there) by the slow tests, as the families' are.
 @pytest.mark.parametrize(
     "name",
     [
-        pytest.param(name, marks=[pytest.mark.tensorflow_only] if count > 95_000_000 else [])
+        pytest.param(
+            name,
+            marks=[pytest.mark.tensorflow_only] * (count > 95_000_000) + [pytest.mark.slow] * (count > 250_000_000),
+        )
         for name, count in OFFICIAL_PARAMETER_COUNTS.items()
     ],
 )
