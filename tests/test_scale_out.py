@@ -96,16 +96,20 @@ def test_accumulate_and_remat_refuse_bad_input_in_one_line(tmp_path, capsys):
 
 
 @pytest.mark.skipif(keras.backend.backend() != "jax", reason="rematerialisation runs under JAX")
-def test_remat_gives_the_gradients_of_the_plain_model():
+@pytest.mark.parametrize("dynamic", [False, True], ids=["fixed", "dynamic_rope"])
+def test_remat_gives_the_gradients_of_the_plain_model(dynamic):
     """Each block under `jax.checkpoint`: the same loss, gradients and dropout generator states
-    (dropout, attention dropout and stochastic depth on) as without."""
+    (dropout, attention dropout and stochastic depth on) as without; also for a model of any
+    image size with rotary embeddings, whose blocks take the batch's patch grid."""
     import jax
 
     from keras_vit.training.remat import rematerialize_blocks
 
-    images = np.random.default_rng(0).uniform(0, 255, (4, 32, 32, 3)).astype("float32")
+    size = 40 if dynamic else 32  # the dynamic model at another size than its own
+    images = np.random.default_rng(0).uniform(0, 255, (4, size, size, 3)).astype("float32")
     labels = keras.utils.to_categorical(np.arange(4) % 7, 7)
-    config = tiny_config(dropout_rate=0.1, attention_dropout_rate=0.1, drop_path_rate=0.2)
+    extra = dict(dynamic_image_size=True, rope="eva02") if dynamic else {}
+    config = tiny_config(dropout_rate=0.1, attention_dropout_rate=0.1, drop_path_rate=0.2, **extra)
     results = []
     for remat in (False, True):
         keras.utils.set_random_seed(1)

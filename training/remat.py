@@ -39,16 +39,16 @@ def rematerialize_blocks(model):
 def _checkpointed(block, call):
     import jax
 
-    def checkpointed_call(x, training=None, return_attention_scores=False):
+    def checkpointed_call(x, training=None, return_attention_scores=False, grid=None):
         weights, states = block.trainable_variables, block.non_trainable_variables
 
-        def pure(weight_values, state_values, x):
+        def pure(weight_values, state_values, x, grid):
             mapping = list(zip(weights, weight_values)) + list(zip(states, state_values))
             with keras.StatelessScope(state_mapping=mapping) as scope:
-                outputs = call(x, training=training, return_attention_scores=return_attention_scores)
+                outputs = call(x, training=training, return_attention_scores=return_attention_scores, grid=grid)
             return outputs, [scope.get_current_value(v) for v in states]
 
-        outputs, new_states = jax.checkpoint(pure)([v.value for v in weights], [v.value for v in states], x)
+        outputs, new_states = jax.checkpoint(pure)([v.value for v in weights], [v.value for v in states], x, grid)
         for variable, value in zip(states, new_states):
             variable.assign(value)
         return outputs
