@@ -2,9 +2,9 @@
 as `sha256sum` writes and `sha256sum -c` checks), and the check `predict` and `evaluate` make
 before they load an exported file: a file changed or damaged since export is refused."""
 
-import hashlib
 from pathlib import Path
 
+from keras_vit.checkpoints.known import sha256
 from keras_vit.export.source import ExportError
 from keras_vit.names import EXPORT_MANIFEST
 
@@ -12,15 +12,6 @@ from keras_vit.names import EXPORT_MANIFEST
 # .onnx, .xml) or, for a SavedModel's files down to NAME/VERSION/variables/, the export's base
 # directory.
 _LEVELS = 4
-
-
-def sha256(path):
-    """The SHA-256 hex digest of a file, read in 1 MiB pieces."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        while piece := file.read(1 << 20):
-            digest.update(piece)
-    return digest.hexdigest()
 
 
 def read(directory):

@@ -132,7 +132,7 @@ def fetch(name, timeout=30):
     target = cache_home() / url.rsplit("/", 1)[-1]
     digest_file = target.with_name(target.name + ".sha256")
     if target.exists() and digest_file.exists():
-        if _sha256(target) != digest_file.read_text().strip():
+        if sha256(target) != digest_file.read_text().strip():
             raise CheckpointError(
                 f"{target} does not match the checksum of its first download; delete it to fetch again."
             )
@@ -171,7 +171,8 @@ def _download(url, target, timeout):
     return digest.hexdigest()
 
 
-def _sha256(path):
+def sha256(path):
+    """The SHA-256 hex digest of a file, read in 1 MiB pieces."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         while chunk := f.read(1 << 20):
