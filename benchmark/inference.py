@@ -118,7 +118,7 @@ def run_case(case, against, repeats, log, peak_probe=None, profile=None):
                 model = build(config, dtype=dtype)
                 # keras_vit: the same weights in every mode (a random head too), so agreement means something
                 if ours and source is None:
-                    source = _random_head(model)
+                    source = random_head(model)
                 elif ours:
                     model.set_weights(source.get_weights())
                 step, predict = keras_forward(model, compiler, on_device)
@@ -159,7 +159,7 @@ def near_ties(logits, error):
     return top2[:, 1] - top2[:, 0] < 2 * error
 
 
-def _random_head(model):
+def random_head(model):
     """The head starts at zero (the paper's init), which makes every class tie; give it
     random weights so top-1 agreement between precisions is a real comparison."""
     head = model.get_layer("head")

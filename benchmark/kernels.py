@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 START, END = "keras_vit.kernels: start", "keras_vit.kernels: end"
 WARMUP_STEPS = 2
@@ -43,9 +44,10 @@ class Profiler:
         return _guarded(_in_process, measure, case.get("steps_per_repeat", 1))
 
     def keras_rows(self, case, rows):
-        """Adds its profile to each row of `rows` that is not timm's."""
+        """Adds its profile to each row of `rows` that is not timm's and has none yet (a server
+        runtime's row has its runtime's own)."""
         for row in rows:
-            if row["implementation"] != "timm":
+            if row["implementation"] != "timm" and "kernels" not in row:
                 row["kernels"] = _guarded(_in_subprocess, self.kind, case, row, self.threads)
 
 
@@ -112,10 +114,9 @@ def _data_types(descriptors):
     return types
 
 
-def summarize(records, steps=1, step_ms=None):
-    """A profile: `onednn_ms` per step, `step_ms` (the profiled step's wall time, where given),
-    `amx` (whether an AMX kernel ran) and `kernels`: per primitive, implementation and data type,
-    the calls and ms per step, slowest first."""
+def grouped(records, steps=1):
+    """`records` (dicts of primitive, implementation, dtype and ms) grouped by the first three,
+    with the calls and ms per step of each group, slowest first."""
     groups = {}
     for record in records:
         key = (record["primitive"], record["implementation"], record["dtype"])
@@ -126,6 +127,14 @@ def summarize(records, steps=1, step_ms=None):
     for group in kernels:
         group["calls"] = round(group["calls"] / steps)
         group["ms"] /= steps
+    return kernels
+
+
+def summarize(records, steps=1, step_ms=None):
+    """A profile: `onednn_ms` per step, `step_ms` (the profiled step's wall time, where given),
+    `amx` (whether an AMX kernel ran) and `kernels`: per primitive, implementation and data type,
+    the calls and ms per step, slowest first (`grouped`)."""
+    kernels = grouped(records, steps)
     profile = dict(onednn_ms=sum(g["ms"] for g in kernels), amx=any("amx" in g["implementation"] for g in kernels))
     if step_ms is not None:
         profile["step_ms"] = step_ms
@@ -187,18 +196,23 @@ def _stdout_caught():
 
 def _keras_step(kind, case, row):
     """One step of a Keras row, built as the suite builds it: a forward of the case's batch
-    (inference) or a `train_on_batch` of `model.fit`'s compiled step (training)."""
+    (inference), a `train_on_batch` of `model.fit`'s compiled step (training) or a call of the
+    SavedModel's serving signature (serving)."""
     import keras
     import numpy as np
 
-    from keras_vit.benchmark import inference, models, training
+    from keras_vit.benchmark import inference, models, serving, training
 
     config = models.config_for(case["model"])
     batch = case["batch"]
-    build = models.build_keras_vit if row["implementation"] == "keras_vit" else models.build_keras_hub
-    model = build(config, dtype=row["mode"])
     rng = np.random.default_rng(0)
     images = rng.uniform(0, 255, (batch,) + tuple(config.image_size) + (config.channels,)).astype("float32")
+    if kind == "serving":
+        folder = tempfile.TemporaryDirectory()  # held by the step: the SavedModel's files stay while it runs
+        runner = serving.SavedModelRunner(models.build_keras_vit(config), row["mode"], Path(folder.name) / "model")
+        return lambda folder=folder: runner.predict(images)
+    build = models.build_keras_vit if row["implementation"] == "keras_vit" else models.build_keras_hub
+    model = build(config, dtype=row["mode"])
     if kind == "inference":
         return inference.keras_forward(model, row["compiler"], keras.ops.convert_to_tensor(images))[0]
     optimizer = training.adamw(row["implementation"])

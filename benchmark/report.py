@@ -44,6 +44,16 @@ _COLUMNS = {
         ("size kB", "size_kb", "{:.0f}"),
         ("ops not on XNNPACK", "undelegated_ops", "{}"),
     ),
+    "serving": (
+        ("images/s", "images_per_s", "{:.2f}"),
+        ("spread", "spread", "{:.0%}"),
+        ("GFLOP/s", "gflops_per_s", "{:.0f}"),
+        *_PEAK,
+        ("export s", "export_s", "{:.0f}"),
+        ("first call s", "first_call_s", "{:.1f}"),
+        ("top-1 agreement", "agreement_with_float32", "{:.3f}"),
+        ("of images", "agreement_images", "{:d}"),
+    ),
     "pipeline": (
         ("images/s", "images_per_s", "{:.0f}"),
         ("spread", "spread", "{:.0%}"),
@@ -107,21 +117,25 @@ def markdown(result):
 
 
 def _kernel_lines(results, shown=4):
-    """The rows' oneDNN kernel profiles (`--kernels`) as a table: per row the oneDNN ms of one
-    step, the step's wall ms in the profiling run, and its `shown` slowest kernels."""
-    rows = [row for kind in ("inference", "training") for row in results.get(kind, []) if row.get("kernels")]
+    """The rows' kernel profiles (`--kernels`) as a table: per row the profiled ms of one step
+    (oneDNN's, or a server runtime's own profiler's), the step's wall ms in the profiling run, and
+    its `shown` slowest kernels."""
+    kinds = ("inference", "training", "serving")
+    rows = [row for kind in kinds for row in results.get(kind, []) if row.get("kernels")]
     if not rows:
         return []
     lines = [
         "",
-        "### oneDNN kernels of one step",
+        "### kernels of one step",
         "",
         "Primitive, implementation (an `amx` one runs the AMX tiles), source data type: ms per step (calls). "
-        "Only oneDNN's ops appear: TensorFlow's matmuls, convolutions and softmax in graph and frozen modes, "
+        "oneDNN's verbose log profiles the Keras, SavedModel and timm rows; it shows only oneDNN's ops: "
+        "TensorFlow's matmuls, convolutions and softmax in graph and frozen modes, "
         "Eigen's float32 contractions (XLA's dots among them) as `gemm_api`, torch's bf16 matmuls; not torch's "
-        "float32 matmuls nor Eigen's bf16 contractions.",
+        "float32 matmuls nor Eigen's bf16 contractions. ONNX Runtime rows show its profiler's op types "
+        "(all of them), OpenVINO rows its performance counters' layer types and kernels.",
         "",
-        "| case | implementation | mode | oneDNN ms | step ms | slowest kernels |",
+        "| case | implementation | mode | profiled ms | step ms | slowest kernels |",
         "|---|---|---|---:|---:|---|",
     ]
     for row in rows:
@@ -137,12 +151,20 @@ def _kernel_lines(results, shown=4):
             more = len(profile["kernels"]) - shown
             kernels += [f"{more} more"] if more > 0 else []
             step = f"{profile['step_ms']:.1f}" if profile.get("step_ms") is not None else ""
-            cells = [f"{profile['onednn_ms']:.1f}", step, "; ".join(kernels) or "none"]
+            profiled = profile.get("onednn_ms", profile.get("profiled_ms"))
+            cells = [f"{profiled:.1f}", step, "; ".join(kernels) or "none"]
         lines.append(f"| {row['case']} | {row['implementation']} | {mode_label(row)} | " + " | ".join(cells) + " |")
     return lines
 
 
-_COLOURS = {"keras_vit": "tab:blue", "keras-hub": "tab:orange", "timm": "tab:green"}
+_COLOURS = {
+    "keras_vit": "tab:blue",
+    "keras-hub": "tab:orange",
+    "timm": "tab:green",
+    "SavedModel": "tab:blue",
+    "onnxruntime": "tab:purple",
+    "openvino": "tab:cyan",
+}
 
 
 def chart(result, path):

@@ -53,7 +53,7 @@ def run_suite(
             f"the gpu suite (batch 256, B/16 training) is for a GPU, under KERAS_BACKEND=jax; Keras's {backend} "
             "backend sees none here: run the quick or full suite."
         )
-    if backend != "tensorflow":  # LiteRT and the tf.data pipeline need TensorFlow
+    if backend != "tensorflow":  # LiteRT, the exporters and the tf.data pipeline need TensorFlow
         kinds = tuple(k for k in kinds if k in ("inference", "training"))
     selected = suite.select(name, kinds, cases, precisions)  # a ValueError where the filters leave nothing
     probe = machine.fma_probe(threads)  # compiled once: the machine record's peak, then the rounds'
@@ -81,7 +81,7 @@ def run_suite(
     profiles = kernels and not info["accelerator"]
     for kind in selected:
         module = importlib.import_module(f"keras_vit.benchmark.{kind}")
-        throughput = kind in ("inference", "training")
+        throughput = kind in suite.THROUGHPUT_KINDS
         in_child = isolate and throughput and not info["accelerator"]
         profile = Profiler(kind, threads) if profiles and throughput else None
         extra = dict(peak_probe=peak_probe, profile=profile) if throughput else {}

@@ -55,6 +55,9 @@ SUITES = {
             )
         ],
         "litert": [dict(name="CIFAR-size LiteRT b1", model=CIFAR_MODEL, modes=LITERT_MODES)],
+        "serving": [
+            dict(name="Ti/16 serving b8", model="vit_ti16", batch=8, dtypes=BOTH, timm_modes=("eager", "eager_bf16"))
+        ],
         # a shorter run than the default's 130 epochs: the mechanics, not the figure
         "agreement": [dict(name="digits bf16 agreement, 20 epochs", epochs=20, dtypes=("mixed_bfloat16",))],
         "pipeline": [
@@ -127,6 +130,11 @@ SUITES = {
             ),
         ],
         "litert": [dict(name="S/16 LiteRT b1", model="vit_s16", modes=LITERT_MODES, onnx_modes=ONNX_MODES)],
+        # the exported files on the server runtimes against timm (benchmark/serving.py)
+        "serving": [
+            dict(name=f"{n} serving b{b}", model=p, batch=b, dtypes=BOTH, timm_modes=TIMM_MODES)
+            for n, p, b in (("S/16", "vit_s16", 32), ("B/16", "vit_b16", 32), ("S/16", "vit_s16", 1))
+        ],
         # the issue's agreement bar, on the digits default as `keras-vit train` trains it
         "agreement": [dict(name="digits bf16 agreement", dtypes=("mixed_bfloat16",), compilers=INFERENCE_COMPILERS)],
         "pipeline": [
@@ -181,7 +189,8 @@ SUITES = {
         ],
     },
 }
-KINDS = ("inference", "training", "agreement", "litert", "pipeline")
+KINDS = ("inference", "training", "agreement", "litert", "serving", "pipeline")
+THROUGHPUT_KINDS = ("inference", "training", "serving")  # rows of images/s, timed against timm
 
 
 def select(suite, kinds=KINDS, cases=None, precisions=BOTH):
@@ -313,6 +322,8 @@ def targets(results, suite, peak_gflops):
             check(f"LiteRT {label} latency / float32 latency", litert[mode] / litert["float32"], 0.35, at_least=False)
     for mode in (m for m in ONNX_MODES if m in litert and m in onnx):
         check(f"LiteRT {mode} latency / ONNX Runtime {mode} latency", litert[mode] / onnx[mode], 1.0, at_least=False)
+    for case in SUITES[suite].get("serving", []):
+        _fastest_server_runtime(check, results.get("serving", []), case["name"])
     for case in SUITES[suite].get("pipeline", []):
         pipe = _rate(results.get("pipeline", []), case["name"], "keras_vit")
         for r in results.get("pipeline", []):
@@ -329,3 +340,24 @@ def targets(results, suite, peak_gflops):
             3.0,
         )
     return checks
+
+
+SERVER_RUNTIMES = ("SavedModel", "onnxruntime", "openvino")
+
+
+def _fastest_server_runtime(check, rows, name):
+    """The fastest server runtime's float32 row and bfloat16 row of serving case `name`, each
+    against timm's best mode of that precision: >= 1.1x."""
+    for ours, theirs, label in (("float32", "float32", "float32"), ("bfloat16", "mixed_bfloat16", "bf16")):
+        best = max(
+            (r for r in rows if r["case"] == name and r["implementation"] in SERVER_RUNTIMES and r["mode"] == ours),
+            key=lambda r: r["images_per_s"],
+            default=None,
+        )
+        timm = _rate(rows, name, "timm", theirs, bf16_only=theirs != "float32")
+        if best is not None and timm:
+            check(
+                f"{name}: fastest server runtime ({best['implementation']}) {label} vs timm's best {label}",
+                best["images_per_s"] / timm,
+                1.1,
+            )

@@ -7,7 +7,9 @@ def add_parser(subparsers):
         help="measure keras_vit side by side with keras-hub and timm (speed ratios and targets)",
         description="Run a benchmark suite: inference throughput (float32 and mixed_bfloat16), "
         "model.fit training throughput with AdamW and the first step's time, the top-1 agreement of bfloat16 with "
-        "float32 on the digits default trained here, LiteRT batch-1 latency of the export modes, and the training "
+        "float32 on the digits default trained here, LiteRT batch-1 latency of the export modes "
+        "(beside ONNX Runtime's), "
+        "the exported SavedModel, ONNX and OpenVINO files' throughput on their server runtimes, and the training "
         "input pipeline's rate. keras-hub runs the same architecture on the same Keras "
         "backend, timm on torch (eager and torch.compile, float32 and bfloat16; on the GPU when torch sees one). "
         "Every figure is the median of --repeats timed runs after warm-up, with the threads pinned; within a case "
@@ -30,7 +32,8 @@ def add_parser(subparsers):
         help="comma-separated implementations to compare with: keras-hub, timm, or none",
     )
     parser.add_argument(
-        "--kinds", help="comma-separated subset of inference, training, agreement, litert, pipeline (default: all)"
+        "--kinds",
+        help="comma-separated subset of inference, training, agreement, litert, serving, pipeline (default: all)",
     )
     parser.add_argument(
         "--cases",
@@ -39,7 +42,7 @@ def add_parser(subparsers):
     )
     parser.add_argument(
         "--precisions",
-        help="comma-separated subset of float32, mixed_bfloat16 for the inference and training cases "
+        help="comma-separated subset of float32, mixed_bfloat16 for the inference, training and serving cases "
         "(timm's bf16 modes count as mixed_bfloat16; default: both)",
     )
     parser.add_argument("--repeats", type=int, default=5, help="timed repeats per figure, at least 5 (default 5)")
@@ -47,9 +50,10 @@ def add_parser(subparsers):
     parser.add_argument(
         "--kernels",
         action="store_true",
-        help="after each CPU inference and training case's timing, profile one step of each row with oneDNN's "
-        "verbose log (a fresh process for Keras rows): which primitive and implementation ran (an avx512_core_amx "
-        "one uses the AMX tiles), on which data type, and for how long; a kernels table joins the report",
+        help="after each CPU inference, training and serving case's timing, profile one step of each row with "
+        "oneDNN's verbose log (a fresh process for Keras and SavedModel rows): which primitive and implementation ran "
+        "(an avx512_core_amx one uses the AMX tiles), on which data type, and for how long; ONNX Runtime and "
+        "OpenVINO rows get their runtime's own per-op profile; a kernels table joins the report",
     )
     parser.add_argument(
         "--out",

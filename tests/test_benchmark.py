@@ -85,6 +85,16 @@ def test_targets_are_ratios_of_the_rows():
             dict(case="S/16 LiteRT b1", implementation="onnxruntime", mode="float32", latency_ms=40.0),
             dict(case="S/16 LiteRT b1", implementation="onnxruntime", mode="int8", latency_ms=30.0),
         ],
+        "serving": [
+            row("B/16 serving b32", "SavedModel", "float32", 4.0),
+            row("B/16 serving b32", "openvino", "float32", 5.0),
+            row("B/16 serving b32", "onnxruntime", "dynamic", 9.0),  # int8: not a float32 contender
+            row("B/16 serving b32", "SavedModel", "bfloat16", 12.0),
+            row("B/16 serving b32", "openvino", "bfloat16", 20.0),
+            row("B/16 serving b32", "timm", "eager", 3.0),
+            row("B/16 serving b32", "timm", "compile", 4.0),
+            row("B/16 serving b32", "timm", "compile_bf16", 16.0),
+        ],
         "pipeline": [row("pipeline 224 b32", "keras_vit", "tf.data", 100.0)],
         "agreement": [
             dict(
@@ -130,8 +140,12 @@ def test_targets_are_ratios_of_the_rows():
         pytest.approx(100 / 28, abs=1e-3),
         True,
     )
-    # B/16 and the CIFAR-size model were not measured: their targets are left out, not failed
-    assert not [name for name in found if "B/16" in name or "CIFAR" in name]
+    # the fastest server runtime of each precision against timm's best mode of that precision
+    assert found["B/16 serving b32: fastest server runtime (openvino) float32 vs timm's best float32"] == (1.25, True)
+    assert found["B/16 serving b32: fastest server runtime (openvino) bf16 vs timm's best bf16"] == (1.25, True)
+    # B/16 inference and the CIFAR-size model were not measured: their targets are left out, not failed
+    assert not [name for name in found if "B/16 inference" in name or "CIFAR" in name]
+    assert not [name for name in found if "S/16 serving" in name]
 
 
 def test_peak_share_pairs_each_round_with_the_peak_probed_in_it():
@@ -194,7 +208,7 @@ def test_cases_and_precisions_narrow_a_suite():
     # LiteRT and pipeline cases (no precision to choose) stay, and so does the bf16 agreement,
     # which float32 alone drops
     picked = suite.select("quick", suite.KINDS, precisions=["mixed_bfloat16"])
-    assert sorted(picked) == ["agreement", "inference", "litert", "pipeline"]
+    assert sorted(picked) == ["agreement", "inference", "litert", "pipeline", "serving"]
     assert "agreement" not in suite.select("quick", suite.KINDS, precisions=["float32"])
     assert picked["inference"][0]["dtypes"] == ("mixed_bfloat16",) and picked["inference"][0]["timm_modes"] == ()
     picked = suite.select("full", ("training", "pipeline"), cases=["CIFAR", "Ti/16"])
@@ -422,6 +436,42 @@ def test_litert_and_pipeline_rows():
     case = dict(name="pipe", image_size=(32, 32), batch=8, files=16, batches_per_repeat=1, trains="tiny")
     (row,) = pipeline.run_case(case, (), 5, lambda row: None)
     assert row["images_per_s"] > 0
+
+
+@pytest.mark.tensorflow_only
+def test_server_runtime_rows_of_the_exported_files():
+    # The SavedModel, ONNX and OpenVINO files as `keras-vit export` writes them, timed in the same
+    # rounds as timm; each runtime's own profile of one call (a SavedModel row's comes after the case)
+    from keras_vit.benchmark import kernels, serving
+
+    case = dict(name="tiny", model=TINY, batch=4, dtypes=suite.BOTH, timm_modes=("eager",))
+    notes = []
+    profiler = kernels.Profiler("serving", 2)
+    rows = serving.run_case(case, ("timm",), 5, lambda item: notes.append(item), profile=profiler)
+    found = [(r["implementation"], r["mode"]) for r in rows]
+    bf16 = [("openvino", "bfloat16")] if serving._openvino_bf16() else []
+    assert found == [
+        ("SavedModel", "float32"),
+        ("SavedModel", "bfloat16"),
+        ("onnxruntime", "float32"),
+        ("onnxruntime", "dynamic"),
+        ("openvino", "float32"),
+        *bf16,
+        ("timm", "eager"),
+    ], notes
+    assert all(r["images_per_s"] > 0 for r in rows)
+    # a float32 file computes the Keras model's classes; the reduced precisions stay close
+    assert all(r["agreement_with_float32"] == 1.0 for r in rows if r["mode"] == "float32")
+    assert all(r["agreement_with_float32"] >= 0.5 for r in rows if r["implementation"] != "timm")
+    for row in rows:
+        if row["implementation"] in ("onnxruntime", "openvino"):
+            ops = {k["primitive"] for k in row["kernels"]["kernels"]}
+            matmuls = {"MatMul", "Gemm", "FusedMatMul", "DynamicQuantizeMatMul", "MatMulInteger", "FullyConnected"}
+            assert ops & matmuls and row["kernels"]["profiled_ms"] > 0, (row["implementation"], ops)
+    saved_model = rows[0]
+    profiler.keras_rows(case, [saved_model, rows[2]])  # the ONNX row keeps its own profile
+    assert saved_model["kernels"]["onednn_ms"] > 0, saved_model["kernels"]
+    assert rows[2]["kernels"]["source"] == "ONNX Runtime's profiler"
 
 
 def test_jpeg_folder_is_readable_by_the_training_loader(tmp_path):
@@ -702,7 +752,7 @@ def test_markdown_lists_kernel_profiles():
             ]
         },
     )
-    assert "oneDNN kernels" not in report.markdown(result)  # a run without --kernels
+    assert "kernels of one step" not in report.markdown(result)  # a run without --kernels
     from keras_vit.benchmark import kernels
 
     result["results"]["inference"][0]["kernels"] = kernels.summarize(kernels.parse(VERBOSE), step_ms=80.0)
