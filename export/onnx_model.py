@@ -1,5 +1,6 @@
 """ONNX files of a classifier: converted by tf2onnx from the same TensorFlow function as the
-LiteRT files (with any batch), quantised by onnxruntime (dynamic, or static from calibration
+LiteRT files (with any batch), its layer norms and GELUs rewritten to the forms ONNX Runtime runs
+as one kernel (`onnx_graph`), quantised by onnxruntime (dynamic, or static from calibration
 images), standard ONNX ops only, the model's metadata in `metadata_props`; and a runner on ONNX
 Runtime's CPU provider."""
 
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from keras_vit.export import onnx_graph
 from keras_vit.export.source import ExportError
 from keras_vit.names import ONNX_MODES as MODES
 
@@ -57,6 +59,7 @@ def convert(module, properties):
         opset=OPSET,
         custom_op_handlers={"Erfc": (_erfc, [])},
     )
+    proto, _, _ = onnx_graph.fuse(proto)  # layer norms and GELUs in the forms ONNX Runtime fuses
     return with_properties(proto.SerializeToString(), properties)
 
 
