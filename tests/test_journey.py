@@ -311,16 +311,17 @@ def test_predict_answers_from_the_exported_files(exported, journey):
 def test_evaluate_the_exported_files_on_a_dataset(exported, tmp_path):
     """`evaluate` on the SavedModel (through its bytes signature) and on .tflite files scores what
     the export report measured on the run's held-out split, within one image: the files record how
-    the run split its data, so `--dataset` may be left out. A SavedModel that records no split is
-    scored on train's default split, said so, and only with `--dataset`."""
+    the run split its data, so `--dataset` may be left out (said, it takes the same split: once, on
+    the SavedModel). A SavedModel that records no split is scored on train's default split, said
+    so, and only with `--dataset`."""
     home, report, _ = exported
     rows = {row["artifact"]: row for row in report["artifacts"]}
-    for model, row in (
-        (home / "serving", "vit/1 (SavedModel, float32)"),
-        (home / "tflite" / "vit_int8-mixed.tflite", "vit_int8-mixed.tflite"),
-        (home / "tflite" / "vit_int8.tflite", "vit_int8.tflite"),
+    for model, row, datas in (
+        (home / "serving", "vit/1 (SavedModel, float32)", ((), ("--dataset", "digits"))),
+        (home / "tflite" / "vit_int8-mixed.tflite", "vit_int8-mixed.tflite", ((),)),
+        (home / "tflite" / "vit_int8.tflite", "vit_int8.tflite", ((),)),
     ):
-        for data in ((), ("--dataset", "digits")):
+        for data in datas:
             evaluated = run(KERAS_VIT, "evaluate", model, *data)
             result = json.loads(evaluated.stdout)
             assert result["num_examples"] == 359 and result["checkpoint"] == str(model), result
@@ -475,7 +476,9 @@ def test_finetune_from_a_hub_name_in_the_local_cache_offline(journey, monkeypatc
     assert len(transforms) == 2 and transforms[0] == transforms[1], transforms
 
 
-@pytest.mark.parametrize("backend", ["jax", "torch"])
+# PyTorch in the default suite; JAX takes the same commands through the same code (its own
+# in-process commands run in the JAX pass: test_cli.py, test_inspect.py), so it runs with -m slow.
+@pytest.mark.parametrize("backend", [pytest.param("jax", marks=pytest.mark.slow), "torch"])
 def test_verbs_without_tensorflow_code_on_other_backends(journey, backend):
     home, run_dir, images, _ = journey
     summary = run(KERAS_VIT, "summary", "vit_ti16", "--image-size", "32", "--num-classes", "10", backend=backend)
