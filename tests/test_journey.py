@@ -311,8 +311,8 @@ def test_predict_answers_from_the_exported_files(exported, journey):
 def test_evaluate_the_exported_files_on_a_dataset(exported, tmp_path):
     """`evaluate` on the SavedModel (through its bytes signature) and on .tflite files scores what
     the export report measured on the run's held-out split, within one image: the files record how
-    the run split its data, so `--dataset` may be left out (said, it takes the same split: once, on
-    the SavedModel). A SavedModel that records no split is scored on train's default split, said
+    the run split its data, so `--dataset` may be left out (named anyway, on the SavedModel: the
+    same split). A SavedModel that records no split is scored on train's default split, said
     so, and only with `--dataset`."""
     home, report, _ = exported
     rows = {row["artifact"]: row for row in report["artifacts"]}
@@ -476,8 +476,9 @@ def test_finetune_from_a_hub_name_in_the_local_cache_offline(journey, monkeypatc
     assert len(transforms) == 2 and transforms[0] == transforms[1], transforms
 
 
-# PyTorch in the default suite; JAX takes the same commands through the same code (its own
-# in-process commands run in the JAX pass: test_cli.py, test_inspect.py), so it runs with -m slow.
+# The commands' code is the same for both backends: PyTorch in the default suite, JAX with -m slow
+# (the JAX pass runs the model code under them in process: save_npz and reading .npz files in
+# test_checkpoints.py, rollout in test_inspect.py).
 @pytest.mark.parametrize("backend", [pytest.param("jax", marks=pytest.mark.slow), "torch"])
 def test_verbs_without_tensorflow_code_on_other_backends(journey, backend):
     home, run_dir, images, _ = journey
