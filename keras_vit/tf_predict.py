@@ -12,6 +12,7 @@ traced as the subgraph that oneDNN runs as one kernel (`layer_norm`; docs/perfor
 Imported only on the TensorFlow backend.
 """
 
+import keras
 import numpy as np
 import tensorflow as tf
 from tensorflow.python.framework import convert_to_constants
@@ -134,6 +135,20 @@ def fold_weight_casts(graph_def, outputs):
     del out.node[:]
     out.node.extend(pruned)
     return out
+
+
+def gelu_after_projection(x, approximate):
+    """The GELU of a projection's output `x`, its ops named under the projection's name scope
+    when traced in a graph. TensorFlow's graph optimizer fuses MatMul + BiasAdd + GELU into one
+    oneDNN kernel only when the GELU's op names start with the MatMul's scope: Keras names them
+    `.../mlp/fc1/MatMul` and `.../mlp/Gelu/...`, which it fused for the exact GELU but not for
+    the tanh one (SigLIP's: eleven ops over fc1's output, a third of SigLIP-B/16's
+    mixed_bfloat16 forward on 2 AMX Xeon cores; docs/performance.md)."""
+    op = getattr(x, "op", None)  # None for eager tensors and Keras's symbolic ones
+    if op is None:
+        return keras.activations.gelu(x, approximate=approximate)
+    with tf.name_scope(op.name.rsplit("/", 1)[0] + "/"):  # "/": that scope itself, not a new one
+        return keras.activations.gelu(x, approximate=approximate)
 
 
 def layer_norm(x, gamma, beta, epsilon):

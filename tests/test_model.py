@@ -865,3 +865,38 @@ def test_a_model_of_dynamic_image_size_trains_predicts_and_saves_at_any_multiple
     np.testing.assert_allclose(keras.ops.convert_to_numpy(loaded(wide)), trained, atol=1e-6)
     with pytest.raises(ValueError, match=f"multiples of {patch}x{patch} but got {patch * 2 + 1}x"):
         model.predict(np.zeros((1, patch * 2 + 1, patch * 2, 3), "float32"), verbose=0)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="TensorFlow's graph optimizer")
+@pytest.mark.parametrize("approximate", [False, True])
+def test_tensorflow_fuses_each_gelu_into_fc1(approximate):
+    """TensorFlow's graph optimizer fuses fc1's MatMul, bias and GELU into one oneDNN kernel only
+    when the GELU's op names start with the MatMul's scope (`tf_predict.gelu_after_projection`):
+    the tanh GELU (SigLIP) stayed eleven ops otherwise. Checked on the graph TensorFlow runs."""
+    import tensorflow as tf
+
+    from keras_vit import tf_predict
+
+    model = keras_vit.ViT(tiny_config(gelu_approximate=approximate), dtype="mixed_bfloat16")
+    frozen = tf_predict.frozen_forward(model).graph
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.graph_util.import_graph_def(frozen.as_graph_def(), name="")
+    images, logits = (graph.get_tensor_by_name(t.name) for t in (frozen.inputs[0], frozen.outputs[0]))
+    run = tf.compat.v1.RunMetadata()
+    with tf.compat.v1.Session(graph=graph) as session:
+        session.run(
+            logits,
+            {images: np.zeros((2, 32, 32, 3), images.dtype.as_numpy_dtype)},
+            options=tf.compat.v1.RunOptions(output_partition_graphs=True),
+            run_metadata=run,
+        )
+    fused = [
+        [op.decode() for op in node.attr["fused_ops"].list.s]
+        for partition in run.partition_graphs
+        for node in partition.node
+        if "fused_ops" in node.attr
+    ]
+    gelu = "GeluApproximate" if approximate else "GeluExact"
+    assert fused.count(["BiasAdd", gelu]) == 2, fused  # fc1 of each of the 2 blocks
+    assert not [node.op for p in run.partition_graphs for node in p.node if node.op in ("Tanh", "Erfc", "Erf")]

@@ -83,9 +83,13 @@ class MLP(keras.layers.Layer):
         return ops.reshape(self.dropout(x, training=training), shape)
 
     def _gelu(self, x):
-        if self.gelu_approximate or keras.backend.backend() == "tensorflow":
+        if keras.backend.backend() == "tensorflow":
             # TensorFlow (inference) keeps `gelu`, which its graph optimizer fuses into fc1.
-            return keras.activations.gelu(x, approximate=self.gelu_approximate)
+            from keras_vit import tf_predict
+
+            return tf_predict.gelu_after_projection(x, self.gelu_approximate)
+        if self.gelu_approximate:
+            return keras.activations.gelu(x, approximate=True)
         # The same exact GELU written with erf. TF's and JAX's exact `gelu` use erfc, which
         # costs a second polynomial branch and an exp: TF's bfloat16 erfc kernel ran ~6x
         # slower than erf's (Ti/16 fc1 output, 2 CPU cores; mixed_bfloat16 `fit` +15%), and
