@@ -155,7 +155,7 @@ class RuntimeClassifier:
             else:
                 from keras_vit.export import openvino_model
 
-                openvino_model.check_installed()
+                openvino_model.check_installed(converting=False)
                 self._model = openvino_model.OpenVINOModel(self.path)
         except (ValueError, RuntimeError) as error:
             if isinstance(error, ExportError):

@@ -305,6 +305,11 @@ def test_a_damaged_exported_file_is_refused_in_one_line(model_file, tmp_path, ca
             "openvino",
             'OpenVINO files need openvino, which is not installed: pip install "keras3-vit[openvino]"',
         ),
+        (  # OpenVINO converts the ONNX graph
+            "--openvino",
+            "tf2onnx",
+            'OpenVINO files need tf2onnx, which is not installed: pip install "keras3-vit[openvino]"',
+        ),
     ],
 )
 def test_a_missing_runtime_is_named_in_one_line(model_file, tmp_path, export_cli, monkeypatch, flag, package, line):
