@@ -7,6 +7,9 @@ from PIL import Image
 import keras_vit
 from keras_vit import inspect, plot
 
+# One worker for the module: the trained `digits_model` is set up once (two workers each trained it).
+pytestmark = pytest.mark.xdist_group("inspect")
+
 
 def _uniform(batch, heads, tokens):
     return np.full((batch, heads, tokens, tokens), 1.0 / tokens)

@@ -119,6 +119,18 @@ def test_xdist_groups_keep_their_tests_on_one_worker(tmp_path):
     assert len((tmp_path / "setups.txt").read_text().split()) == 1
 
 
+def test_every_module_with_a_shared_fixture_keeps_it_on_one_worker():
+    """A module- or session-scoped fixture in a module without an `xdist_group` is set up again on
+    each worker that runs one of its tests (test_transfer.py trained its runs twice, about 55 s
+    each): such a module names a group, as the test above proves keeps it on one worker."""
+    ungrouped = [
+        path.name
+        for path in sorted((ROOT / "tests").glob("test_*.py"))
+        if re.search(r"scope=\"(module|session)\"", text := path.read_text()) and "xdist_group(" not in text
+    ]
+    assert ungrouped == []
+
+
 def _setup_cfg():
     options = configparser.ConfigParser()
     options.read(ROOT / "setup.cfg")

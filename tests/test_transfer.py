@@ -16,6 +16,10 @@ from PIL import Image
 from keras_vit.training import TrainConfig, fit
 from keras_vit.training.config import DIGITS_MODEL
 
+# One worker for the module: `transfer` (pre-training and four fine-tunes) is set up once, not on
+# each worker that runs one of its rows (it was, about 55 s each).
+pytestmark = pytest.mark.xdist_group("transfer")
+
 # The transfer task: digits 5-9, 10% of them for training (about 18 per class), 90% held out.
 FEW_LABELS = 0.9
 STEPS, BATCH = 120, 16
