@@ -10,7 +10,18 @@ from keras_vit.benchmark import accelerator, machine, suite
 from keras_vit.benchmark.kernels import Profiler
 
 COMPETITORS = ("keras-hub", "timm")
-PACKAGES = ("keras", "tensorflow-cpu", "tensorflow", "jax", "keras-hub", "torch", "timm", "ai-edge-litert")
+PACKAGES = (
+    "keras",
+    "tensorflow-cpu",
+    "tensorflow",
+    "jax",
+    "keras-hub",
+    "torch",
+    "timm",
+    "ai-edge-litert",
+    "onnxruntime",
+    "openvino",
+)
 
 
 def run_suite(

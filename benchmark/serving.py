@@ -10,6 +10,7 @@ session profiling, OpenVINO's performance counters) and each SavedModel row its 
 (`kernels.Profiler`)."""
 
 import functools
+import gc
 import importlib.util
 import json
 import tempfile
@@ -55,13 +56,16 @@ def run_case(case, against, repeats, log, peak_probe=None, profile=None):
     rows, steps, runners = [], [], []
     with tempfile.TemporaryDirectory() as folder:
         model = inference.random_head(models.build_keras_vit(config))
+        converted = {}
         reference = np.asarray(model.predict_on_batch(images))
         for runtime in (r for r in runtimes if importlib.util.find_spec(PACKAGES[r]) is not None):
             for mode in (m for dtype in case["dtypes"] for m in MODES[runtime][dtype]):
                 if runtime == "openvino" and mode == "bfloat16" and not _openvino_bf16():
                     log(f"{case['name']}: no OpenVINO bfloat16 row: its CPU plugin finds no BF16 on this CPU.")
                     continue
-                made, runner = seconds(functools.partial(_runner, runtime, mode, model, Path(folder), images))
+                build = functools.partial(_runner, runtime, mode, model, Path(folder), images, converted)
+                made, runner = seconds(build)
+                gc.collect()  # the conversion's graphs: a B/16 case holds ten models besides
                 step = functools.partial(runner.predict, images)
                 first, probabilities = seconds(step)
                 rows.append(
@@ -77,7 +81,7 @@ def run_case(case, against, repeats, log, peak_probe=None, profile=None):
                 )
                 steps.append(step)
                 runners.append(runner)
-        del model
+        del model, converted
         if "timm" in against:
             module = models.build_timm(config)
             for mode in case["timm_modes"]:
@@ -99,20 +103,23 @@ def _openvino_bf16():
     return "BF16" in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
 
 
-def _runner(runtime, mode, model, folder, images):
-    """The runtime's runner of `model` exported in `mode` to a file under `folder`."""
-    from keras_vit.export import litert
+def _runner(runtime, mode, model, folder, images, converted):
+    """The runtime's runner of `model` exported in `mode` to a file under `folder`; the case's
+    float32 ONNX graph is converted once, into `converted` (a B/16 case converting it for each
+    file ran a 24 GiB machine out of memory: TensorFlow keeps what each conversion traced)."""
+    from keras_vit.export import litert, onnx_model, openvino_model
 
     if runtime == "SavedModel":
         return SavedModelRunner(model, mode, folder / f"saved_model_{mode}")
-    module = litert.keras_module(model, batch=None)  # any batch, as `keras-vit export` writes them
+    if "onnx" not in converted:  # any batch, as `keras-vit export` writes them
+        converted["onnx"] = onnx_model.convert(litert.keras_module(model, batch=None), {})
     if runtime == "onnxruntime":
-        from keras_vit.export import onnx_model
-
-        return OnnxRunner(onnx_model.quantize(onnx_model.convert(module, {}), mode, images))
-    from keras_vit.export import openvino_model
-
-    path, _ = openvino_model.save(module, folder / f"openvino_{mode}.xml", mode, {})
+        path = folder / f"onnx_{mode}.onnx"
+        path.write_bytes(onnx_model.quantize(converted["onnx"], mode, images))
+        return OnnxRunner(path)
+    if "openvino" not in converted:
+        converted["openvino"] = openvino_model.convert(onnx_bytes=converted["onnx"])
+    path, _ = openvino_model.save(converted["openvino"], folder / f"openvino_{mode}.xml", mode, {})
     return OpenVINORunner(path)
 
 
@@ -136,13 +143,13 @@ class SavedModelRunner:
 
 
 class OnnxRunner:
-    """An ONNX file on ONNX Runtime's CPU provider (`keras_vit.export.onnx_model.OnnxModel`)."""
+    """An ONNX file (`path`) on ONNX Runtime's CPU provider (`keras_vit.export.onnx_model.OnnxModel`)."""
 
-    def __init__(self, model_bytes, threads=None):
+    def __init__(self, path, threads=None):
         from keras_vit.export import onnx_model
 
-        self._bytes = model_bytes
-        self._model = onnx_model.OnnxModel(model_bytes, **({"num_threads": threads} if threads else {}))
+        self._path = path
+        self._model = onnx_model.OnnxModel(path.read_bytes(), **({"num_threads": threads} if threads else {}))
 
     def predict(self, images):
         return self._model.predict(images, len(images))
@@ -158,7 +165,7 @@ class OnnxRunner:
             options.intra_op_num_threads = self._model.session.get_session_options().intra_op_num_threads
             options.inter_op_num_threads, options.log_severity_level = 1, 3
             options.enable_profiling, options.profile_file_prefix = True, str(Path(folder) / "profile")
-            session = ort.InferenceSession(bytes(self._bytes), options, providers=["CPUExecutionProvider"])
+            session = ort.InferenceSession(str(self._path), options, providers=["CPUExecutionProvider"])
             feed = {session.get_inputs()[0].name: images}
             for _ in range(calls + 1):
                 session.run(None, feed)

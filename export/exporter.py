@@ -308,12 +308,12 @@ def _export_openvino(source, modes, directory, name, checks):
 
     images, labels, reference, threads = checks
     properties = metadata.model_properties(source.labels, source.model.config, source.data_split)
-    module = litert.keras_module(source.model, batch=None)
+    model = openvino_model.convert(litert.keras_module(source.model, batch=None))
 
     def write_and_measure(staging):
         rows = []
         for mode in modes:
-            xml, weights = openvino_model.save(module, staging / f"{name}_{mode}.xml", mode, properties)
+            xml, weights = openvino_model.save(model, staging / f"{name}_{mode}.xml", mode, properties)
             runner = openvino_model.OpenVINOModel(xml, num_threads=threads)
             latency = report.median_ms(lambda runner=runner: runner.predict(images[:1]))
             data = xml.read_bytes() + weights.read_bytes()  # the size and gzip size of both files

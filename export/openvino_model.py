@@ -42,20 +42,28 @@ def cpu_modes():
     return tuple(mode for mode in MODES if mode == "float32" or "BF16" in capabilities)
 
 
-def save(module, path, mode, properties):
-    """Converts `module` (a `ClassifierModule` with any batch) and writes `path` (.xml) and its
-    `.bin`: input `image` `(batch, H, W, C)` float pixels in [0, 255], output `probability`;
-    `properties` (str -> str) and the mode's precision in rt_info. Returns the two paths."""
+def convert(module=None, onnx_bytes=None):
+    """The OpenVINO model (`openvino.Model`) of `module` (a `ClassifierModule` with any batch),
+    converted from its ONNX graph (`onnx_model.convert`), or of the float32 ONNX model
+    `onnx_bytes`: input `image` `(batch, H, W, C)` float pixels in [0, 255], output
+    `probability`. One conversion serves every mode (`save`)."""
     import openvino as ov
 
     from keras_vit.export import onnx_model
 
-    if mode not in MODES:
-        raise ExportError(f"unknown OpenVINO mode {mode!r}; choose from {', '.join(MODES)}.")
     with tempfile.TemporaryDirectory() as scratch:
         source = Path(scratch) / "model.onnx"
-        source.write_bytes(onnx_model.convert(module, {}))
-        model = ov.convert_model(source)
+        source.write_bytes(onnx_bytes if onnx_bytes is not None else onnx_model.convert(module, {}))
+        return ov.convert_model(source)
+
+
+def save(model, path, mode, properties):
+    """Writes `model` (from `convert`) to `path` (.xml) and its `.bin`, with `properties` (str ->
+    str) and the mode's precision in rt_info. Returns the two paths."""
+    import openvino as ov
+
+    if mode not in MODES:
+        raise ExportError(f"unknown OpenVINO mode {mode!r}; choose from {', '.join(MODES)}.")
     for key, value in {**properties, PRECISION_KEY: PRECISIONS[mode]}.items():
         model.set_rt_info(value, [RT_INFO, key])
     path = Path(path)

@@ -25,8 +25,8 @@ torchvision_stub.install()  # before timm: see torchvision_stub.py
 
 TINY = dict(image_size=32, patch_size=8, hidden_size=64, num_layers=2, num_heads=4, mlp_dim=128, num_classes=10)
 # The suite's mechanics (narrowing, MFU) run uncompiled under PyTorch: torch.compile's CPU
-# build took about a minute per test there; test_inference_and_training_rows_on_a_tiny_model
-# keeps it.
+# build took about a minute per test there; test_torch_compiled_training_rows_on_a_tiny_model
+# (slow) keeps it.
 MECHANICS_COMPILERS = ("graph",) if keras.backend.backend() == "torch" else ("xla",)
 
 
@@ -290,24 +290,34 @@ def test_inference_and_training_rows_on_a_tiny_model():
     if keras.backend.backend() == "torch":  # its first run in a process differs in the 6th digit
         expected = pytest.approx(expected, rel=1e-4)  # (5.03229e-3, then 5.03224e-3); new weights: far more
     assert again[1]["max_logit_error"] == expected
+    _training_rows(("xla", "graph") if keras.backend.backend() != "torch" else ("graph",))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(keras.backend.backend() != "torch", reason="the torch.compile training row")
+def test_torch_compiled_training_rows_on_a_tiny_model():
+    # "xla" under PyTorch is torch.compile, whose CPU build takes about a minute here
+    _training_rows(("xla",))
+
+
+def _training_rows(compilers):
     case = dict(
         name="tiny",
         model=TINY,
         batch=8,
         steps_per_repeat=1,
         dtypes=("float32",),
-        compilers=("xla", "graph"),
+        compilers=compilers,
         timm_modes=("eager",),
     )
     rows = training.run_case(case, ("timm",), repeats=5, log=lambda row: None)
     assert [(r["implementation"], r.get("compiler")) for r in rows] == [
-        ("keras_vit", "xla"),
-        ("keras_vit", "graph"),
+        *(("keras_vit", compiler) for compiler in compilers),
         ("timm", None),
     ]
     assert all(r["images_per_s"] > 0 and r["first_step_s"] > 0 and r["spread"] >= 0 for r in rows)
     fused = "FusedAdamW" if keras.backend.backend() == "tensorflow" else "AdamW"  # keras_vit.training's on TF
-    assert [r["optimizer"] for r in rows] == [fused, fused, "torch AdamW"]
+    assert [r["optimizer"] for r in rows] == [fused] * len(compilers) + ["torch AdamW"]
 
 
 def test_a_case_runs_in_a_fresh_process_with_the_same_rows():
