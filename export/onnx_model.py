@@ -4,14 +4,13 @@ as one kernel (`onnx_graph`), quantised by onnxruntime (dynamic, or static from 
 images), standard ONNX ops only, the model's metadata in `metadata_props`; and a runner on ONNX
 Runtime's CPU provider."""
 
-import importlib.util
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from keras_vit.export import onnx_graph
-from keras_vit.export.source import ExportError
+from keras_vit.export.source import ExportError, require_packages
 from keras_vit.names import ONNX_MODES as MODES
 
 INSTALL_HINT = 'pip install "keras3-vit[onnx]"'
@@ -25,12 +24,7 @@ def check_installed(converting=True):
     """Raises an ExportError naming the extra when onnxruntime (and, `converting`, onnx and
     tf2onnx) is missing."""
     wanted = ("onnx", "onnxruntime", "tf2onnx") if converting else ("onnxruntime",)
-    missing = [name for name in wanted if importlib.util.find_spec(name) is None]
-    if missing:
-        which = (
-            f"{', '.join(missing[:-1])} and {missing[-1]}, which are" if len(missing) > 1 else f"{missing[0]}, which is"
-        )
-        raise ExportError(f"ONNX files need {which} not installed: {INSTALL_HINT}.")
+    require_packages("ONNX files", wanted, INSTALL_HINT)
 
 
 def _erfc(ctx, node, name, args):

@@ -5,13 +5,12 @@ faster in f32 and 23% in bf16 than converted from the TensorFlow function), floa
 model's metadata and the CPU inference precision they are run in under rt_info `keras_vit`; and a
 runner on OpenVINO's CPU plugin in that precision."""
 
-import importlib.util
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from keras_vit.export.source import ExportError
+from keras_vit.export.source import ExportError, require_packages
 from keras_vit.names import OPENVINO_MODES as MODES
 
 INSTALL_HINT = 'pip install "keras3-vit[openvino]"'
@@ -26,12 +25,7 @@ def check_installed(converting=True):
     """Raises an ExportError naming the extra when openvino (and, `converting`, onnx and tf2onnx)
     is missing."""
     wanted = ("openvino", "onnx", "tf2onnx") if converting else ("openvino",)
-    missing = [name for name in wanted if importlib.util.find_spec(name) is None]
-    if missing:
-        which = (
-            f"{', '.join(missing[:-1])} and {missing[-1]}, which are" if len(missing) > 1 else f"{missing[0]}, which is"
-        )
-        raise ExportError(f"OpenVINO files need {which} not installed: {INSTALL_HINT}.")
+    require_packages("OpenVINO files", wanted, INSTALL_HINT)
 
 
 def cpu_modes():

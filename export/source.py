@@ -3,6 +3,7 @@ calibration, fine-tuning and the held-out evaluation of every artifact (the mode
 transform turns encoded images into its input: `model.image_transform`)."""
 
 import dataclasses
+import importlib.util
 import logging
 
 import keras
@@ -16,6 +17,17 @@ logger = logging.getLogger("keras_vit")
 
 class ExportError(ValueError):
     """Bad export input (printed by the CLI as one line)."""
+
+
+def require_packages(what, names, hint):
+    """Raises an ExportError naming those of the packages `names` that are not installed: "`what`
+    need X and Y, which are not installed: `hint`."."""
+    missing = [name for name in names if importlib.util.find_spec(name) is None]
+    if missing:
+        which = (
+            f"{', '.join(missing[:-1])} and {missing[-1]}, which are" if len(missing) > 1 else f"{missing[0]}, which is"
+        )
+        raise ExportError(f"{what} need {which} not installed: {hint}.")
 
 
 def require_tensorflow_backend():
