@@ -49,18 +49,20 @@ def run_case(case, against, repeats, log, peak_probe=None, profile=None):
     config = models.config_for(case["model"])
     batch = case["batch"]
     images = np.random.default_rng(0).uniform(0, 255, (batch,) + tuple(config.image_size) + (3,)).astype("float32")
-    runtimes = case.get("runtimes", RUNTIMES)
-    for runtime in runtimes:
+    installed = []
+    for runtime in case.get("runtimes", RUNTIMES):
         if importlib.util.find_spec(PACKAGES[runtime]) is None:
             log(f"{case['name']}: no {runtime} rows: {PACKAGES[runtime]} is not installed.")
+        else:
+            installed.append(runtime)
     rows, steps, runners = [], [], []
     with tempfile.TemporaryDirectory() as folder:
         model = inference.random_head(models.build_keras_vit(config))
         converted = {}
         reference = np.asarray(model.predict_on_batch(images))
-        for runtime in (r for r in runtimes if importlib.util.find_spec(PACKAGES[r]) is not None):
+        for runtime in installed:
             for mode in (m for dtype in case["dtypes"] for m in MODES[runtime][dtype]):
-                if runtime == "openvino" and mode == "bfloat16" and not _openvino_bf16():
+                if runtime == "openvino" and mode not in _openvino_modes():
                     log(f"{case['name']}: no OpenVINO bfloat16 row: its CPU plugin finds no BF16 on this CPU.")
                     continue
                 build = functools.partial(_runner, runtime, mode, model, Path(folder), images, converted)
@@ -97,10 +99,10 @@ def run_case(case, against, repeats, log, peak_probe=None, profile=None):
     return profiled(rows, measures, case, profile)
 
 
-def _openvino_bf16():
-    import openvino as ov
+def _openvino_modes():
+    from keras_vit.export import openvino_model
 
-    return "BF16" in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+    return openvino_model.cpu_modes()
 
 
 def _runner(runtime, mode, model, folder, images, converted):
