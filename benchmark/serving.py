@@ -107,8 +107,8 @@ def _openvino_modes():
 
 def _runner(runtime, mode, model, folder, images, converted):
     """The runtime's runner of `model` exported in `mode` to a file under `folder`; the case's
-    float32 ONNX graph is converted once, into `converted` (a B/16 case converting it for each
-    file ran a 24 GiB machine out of memory: TensorFlow keeps what each conversion traced)."""
+    float32 ONNX graph is converted once, into `converted` (TensorFlow keeps what each conversion
+    traced: gigabytes for B/16)."""
     from keras_vit.export import litert, onnx_model, openvino_model
 
     if runtime == "SavedModel":
