@@ -278,6 +278,10 @@ def test_two_processes_train_as_one_four_device_job(flags, placement, tmp_path):
     assert not list(together.glob("worker_*"))  # process 1's resume state is gone at the end
 
 
+# Both meshes with the slow tests (CI runs them after the suite): the default suite's two-process
+# job above proves the processes train as one, and a killed single-process run's resume is
+# tested in test_training.
+@pytest.mark.slow
 @pytest.mark.parametrize("flags, placement", PROCESS_MESHES)
 def test_processes_resume_after_one_is_killed(flags, placement, tmp_path):
     """SIGKILL one process after its first epoch; the job, started again, goes on from the
