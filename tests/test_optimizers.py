@@ -80,8 +80,8 @@ def _update_op_types(optimizer):
 
 
 # Every case in graph mode (how `fit` runs on a TensorFlow CPU); under XLA (the digits default,
-# GPUs), the three cases that no recipe's defaults choose run with the slow tests.
-XLA_IN_SLOW = ("sgd-nesterov", "adamw-accumulated", "adamw-amsgrad")
+# GPUs), the cases that no recipe's defaults choose run with the slow tests.
+XLA_IN_SLOW = ("sgd-nesterov", "adamw-accumulated", "adamw-amsgrad", "sgd-plain")
 
 
 @pytest.mark.parametrize(
