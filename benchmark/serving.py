@@ -55,6 +55,10 @@ def run_case(case, against, repeats, log, peak_probe=None, profile=None):
             log(f"{case['name']}: no {runtime} rows: {PACKAGES[runtime]} is not installed.")
         else:
             installed.append(runtime)
+    if "openvino" in installed:
+        from keras_vit.export import openvino_model
+
+        openvino_modes = openvino_model.cpu_modes()
     rows, steps, runners = [], [], []
     with tempfile.TemporaryDirectory() as folder:
         model = inference.random_head(models.build_keras_vit(config))
@@ -62,7 +66,7 @@ def run_case(case, against, repeats, log, peak_probe=None, profile=None):
         reference = np.asarray(model.predict_on_batch(images))
         for runtime in installed:
             for mode in (m for dtype in case["dtypes"] for m in MODES[runtime][dtype]):
-                if runtime == "openvino" and mode not in _openvino_modes():
+                if runtime == "openvino" and mode not in openvino_modes:
                     log(f"{case['name']}: no OpenVINO bfloat16 row: its CPU plugin finds no BF16 on this CPU.")
                     continue
                 build = functools.partial(_runner, runtime, mode, model, Path(folder), images, converted)
@@ -97,12 +101,6 @@ def run_case(case, against, repeats, log, peak_probe=None, profile=None):
             if hasattr(runner, "profile"):
                 row["kernels"] = runner.profile(images, PROFILED_CALLS)
     return profiled(rows, measures, case, profile)
-
-
-def _openvino_modes():
-    from keras_vit.export import openvino_model
-
-    return openvino_model.cpu_modes()
 
 
 def _runner(runtime, mode, model, folder, images, converted):
