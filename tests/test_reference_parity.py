@@ -26,14 +26,15 @@ def to_torch(pixels):
 # The mapping of a checkpoint's keys is the same NumPy code on every backend, and each backend's
 # forward of a plain ViT and a hybrid is checked on the two tiny and the small model: the larger
 # ones (B/32; R50+B/16's, R26's and L/32's ResNets, whose keys map differently from the AugReg
-# hybrids' root alone) run in the TensorFlow pass.
+# hybrids' root alone) run in the TensorFlow pass. Blocks map one like another, so B/32, R50+B/16
+# and R50+L/32 keep 2 of them (at full width, their ResNets whole).
 @pytest.mark.parametrize(
     "name, preset, depth",
     [
         ("vit_tiny_patch16_224", "vit_ti16", None),
         ("vit_small_patch16_224", "vit_s16", None),
-        pytest.param("vit_base_patch32_224", "vit_b32", None, marks=pytest.mark.tensorflow_only),
-        pytest.param("vit_base_r50_s16_224", "vit_r50_b16", None, marks=pytest.mark.tensorflow_only),
+        pytest.param("vit_base_patch32_224", "vit_b32", 2, marks=pytest.mark.tensorflow_only),
+        pytest.param("vit_base_r50_s16_224", "vit_r50_b16", 2, marks=pytest.mark.tensorflow_only),
         ("vit_tiny_r_s16_p8_224", "vit_r_ti16", None),
         pytest.param("vit_small_r26_s32_224", "vit_r26_s32", None, marks=pytest.mark.tensorflow_only),
         pytest.param("vit_large_r50_s32_224", "vit_r50_l32", 2, marks=pytest.mark.tensorflow_only),
@@ -42,7 +43,7 @@ def to_torch(pixels):
 def test_timm_state_dicts(tmp_path, name, preset, depth):
     from safetensors.torch import save_file
 
-    shallower = {} if depth is None else {"depth": depth}  # a 2-block L/32: its ResNet-50 in full
+    shallower = {} if depth is None else {"depth": depth}
     reference = perturbed_torch(timm.create_model(name, pretrained=False, num_classes=1000, **shallower))
     pixels = sample_photos(224)
     with torch.no_grad():

@@ -30,6 +30,14 @@ ROOT = Path(__file__).resolve().parents[1]
 SMALL_MODEL = dict(image_size=16, patch_size=4, hidden_size=32, num_layers=1, num_heads=2, mlp_dim=64)
 
 
+@pytest.fixture
+def small(tmp_path):
+    """A `--config` file of SMALL_MODEL: command-line runs whose model size the test does not need."""
+    path = tmp_path / "small.yaml"
+    path.write_text(yaml.safe_dump({"model": SMALL_MODEL}))
+    return str(path)
+
+
 def test_warmup_decay_schedule_and_lr_scaling():
     schedule = WarmupDecay(1.0, warmup_steps=10, total_steps=110, decay="cosine")
     values = [float(schedule(s)) for s in (0, 5, 10, 60, 110)]
@@ -750,14 +758,15 @@ def test_train_bad_input_one_line(argv, message, tmp_path, capsys):
     assert len(err) == 1 and message in err[0]
 
 
-def test_train_takes_a_non_square_image_size_and_keeps_a_square_one_as_one_number(tmp_path, capsys):
+def test_train_takes_a_non_square_image_size_and_keeps_a_square_one_as_one_number(tmp_path, capsys, small):
     # --image-size took one number: a non-square run needed a YAML config
     import keras_vit
 
-    assert main(["train", "--epochs", "1", "--image-size", "24", "30", "--run-dir", str(tmp_path / "wide")]) == 0
-    assert keras_vit.saving.load_model(tmp_path / "wide").config.image_size == (24, 30)
-    assert yaml.safe_load((tmp_path / "wide" / "config.yaml").read_text())["model"]["image_size"] == [24, 30]
-    square = ["train", "--epochs", "1", "--run-dir", str(tmp_path / "square"), "--image-size", "24"]
+    wide = ["train", "--config", small, "--epochs", "1", "--image-size", "24", "28", "--run-dir", str(tmp_path / "wide")]
+    assert main(wide) == 0
+    assert keras_vit.saving.load_model(tmp_path / "wide").config.image_size == (24, 28)
+    assert yaml.safe_load((tmp_path / "wide" / "config.yaml").read_text())["model"]["image_size"] == [24, 28]
+    square = ["train", "--config", small, "--epochs", "1", "--run-dir", str(tmp_path / "square"), "--image-size", "24"]
     assert main(square) == 0
     capsys.readouterr()
     assert main([*square, "24"]) == 0  # "24 24" is the same run as "24"
@@ -856,9 +865,9 @@ def test_run_resumes_with_execution_settings_changed(tmp_path, caplog, monkeypat
     assert (other / "tensorboard").is_dir() and (other / "log.csv").is_file()
 
 
-def test_finished_run_is_not_trained_again_unless_overwritten(tmp_path, capsys):
+def test_finished_run_is_not_trained_again_unless_overwritten(tmp_path, capsys, small):
     run_dir = tmp_path / "run"
-    args = ["train", "--epochs", "2", "--run-dir", str(run_dir)]
+    args = ["train", "--config", small, "--epochs", "2", "--run-dir", str(run_dir)]
     assert main(args) == 0
     trained = json.loads(capsys.readouterr().out.splitlines()[-1])  # after the progress bars
     files = {p.name: p.stat().st_mtime_ns for p in run_dir.iterdir()}
@@ -876,10 +885,10 @@ def test_finished_run_is_not_trained_again_unless_overwritten(tmp_path, capsys):
     assert (run_dir / "best.keras").stat().st_mtime_ns > files["best.keras"]
 
 
-def test_fine_tuning_a_run_into_its_own_directory_is_refused_and_leaves_it_whole(tmp_path, capsys):
+def test_fine_tuning_a_run_into_its_own_directory_is_refused_and_leaves_it_whole(tmp_path, capsys, small):
     # With --overwrite the directory was emptied before the weights were read: the run was lost
     run_dir = tmp_path / "run"
-    assert main(["train", "--epochs", "1", "--run-dir", str(run_dir)]) == 0
+    assert main(["train", "--config", small, "--epochs", "1", "--run-dir", str(run_dir)]) == 0
     files = {p.name: p.stat().st_mtime_ns for p in run_dir.iterdir()}
     capsys.readouterr()
     for weights in (run_dir, run_dir / "best.keras"):
@@ -1053,31 +1062,32 @@ def _run_cli(args, env_extra=None):
     )
 
 
-def test_killed_run_resumes_and_finishes(tmp_path):
+def test_killed_run_resumes_and_finishes(tmp_path, small):
     run_dir = tmp_path / "run"
-    args = ["train", "--run-dir", str(run_dir), "--epochs", "6", "--seed", "1"]
+    epochs = 12
+    args = ["train", "--config", small, "--run-dir", str(run_dir), "--epochs", str(epochs), "--seed", "1"]
     process = _run_cli(args)
     log = run_dir / "log.csv"
     deadline = time.time() + 300
     while time.time() < deadline and (not log.exists() or len(log.read_text().splitlines()) < 3):
-        time.sleep(0.2)  # wait until two epochs are logged, then kill mid-epoch
-    time.sleep(0.8)
+        time.sleep(0.05)  # wait until two epochs are logged, then kill in the third
+    time.sleep(0.1)
     process.send_signal(signal.SIGKILL)
     process.wait()
     epochs_before = len(log.read_text().splitlines()) - 1
-    assert 2 <= epochs_before < 6
+    assert 2 <= epochs_before < epochs
     assert (run_dir / "backup").exists()
     resumed = _run_cli(args)
     output, _ = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, output[-2000:]
-    resumed_from = r"keras_vit: resuming after (step \d+ of )?epoch [1-6], from the resume state in \S+backup\n"
+    resumed_from = r"keras_vit: resuming after (step \d+ of )?epoch \d+, from the resume state in \S+backup\n"
     assert re.search(resumed_from, output), output[-2000:]
     rows = [line.split(",")[0] for line in log.read_text().splitlines()[1:]]
-    assert sorted(set(rows), key=int) == [str(e) for e in range(6)]  # every epoch, none lost
+    assert sorted(set(rows), key=int) == [str(e) for e in range(epochs)]  # every epoch, none lost
     resumed_top1 = json.loads((run_dir / "eval.json").read_text())["top1"]
     # the same command, never interrupted: the resumed run repeats the steps since the last save
     # on the same data, so it ends where this one does
-    straight = _run_cli(["train", "--run-dir", str(tmp_path / "straight"), "--epochs", "6", "--seed", "1"])
+    straight = _run_cli([*args[:3], "--run-dir", str(tmp_path / "straight"), *args[5:]])
     output, _ = straight.communicate(timeout=600)
     assert straight.returncode == 0, output[-2000:]
     straight_top1 = json.loads((tmp_path / "straight" / "eval.json").read_text())["top1"]
