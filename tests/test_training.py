@@ -762,10 +762,10 @@ def test_train_takes_a_non_square_image_size_and_keeps_a_square_one_as_one_numbe
     # --image-size took one number: a non-square run needed a YAML config
     import keras_vit
 
-    wide = ["train", "--config", small, "--epochs", "1", "--image-size", "24", "28", "--run-dir", str(tmp_path / "wide")]
+    wide = ["train", "--config", small, "--epochs", "1", "--image-size", "24", "28", "--run-dir", str(tmp_path / "w")]
     assert main(wide) == 0
-    assert keras_vit.saving.load_model(tmp_path / "wide").config.image_size == (24, 28)
-    assert yaml.safe_load((tmp_path / "wide" / "config.yaml").read_text())["model"]["image_size"] == [24, 28]
+    assert keras_vit.saving.load_model(tmp_path / "w").config.image_size == (24, 28)
+    assert yaml.safe_load((tmp_path / "w" / "config.yaml").read_text())["model"]["image_size"] == [24, 28]
     square = ["train", "--config", small, "--epochs", "1", "--run-dir", str(tmp_path / "square"), "--image-size", "24"]
     assert main(square) == 0
     capsys.readouterr()
