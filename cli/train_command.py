@@ -288,7 +288,15 @@ def add_parser(subparsers):
         action="store_true",
         help='one JSON object per image: {"image": PATH, "top_k": [{"label": NAME, "probability": P}, ...]}',
     )
-    predict.set_defaults(run=run_predict)
+    predict.set_defaults(run=run_predict, check=check_predict)
+
+
+def check_predict(args):
+    """Refuses out-of-range --top-k and --crop before Keras and TensorFlow are imported."""
+    if args.top_k < 1:
+        raise ValueError(f"--top-k must be at least 1; got {args.top_k}.")
+    if args.crop is not None and not 0.0 < args.crop <= 1.0:
+        raise ValueError(f"--crop must be in (0, 1] (1: resize without cropping); got {args.crop:g}.")
 
 
 def check_train(args):
@@ -469,11 +477,6 @@ def _evaluate_exported(args, model, chunk=256):
 
 def run_predict(args):
     from keras_vit.export.exported import is_exported
-
-    if args.top_k < 1:
-        raise ValueError(f"--top-k must be at least 1; got {args.top_k}.")
-    if args.crop is not None and not 0.0 < args.crop <= 1.0:
-        raise ValueError(f"--crop must be in (0, 1] (1: resize without cropping); got {args.crop:g}.")
     from keras_vit_cli import CommandError
 
     # Each argument's files, all listed (and missing ones refused) before the model is loaded.

@@ -811,16 +811,17 @@ def test_kernel_profiles_of_a_keras_row_and_a_timm_row():
 
 @pytest.mark.tensorflow_only
 def test_bf16_agreement_on_the_trained_digits_default():
-    # A short run of the digits default (the `quick` case's 20 epochs): its held-out digits, a
-    # bf16 copy against float32, one row per Keras mode.
+    # A short run of the digits default (half the `quick` case's 20 epochs): its held-out digits,
+    # a bf16 copy against float32, one row per Keras mode.
     from keras_vit.benchmark import agreement
 
-    case = dict(name="digits", epochs=20, compilers=("graph", "frozen"))
+    case = dict(name="digits", epochs=10, compilers=("graph", "frozen"))
     rows = agreement.run_case(case, (), repeats=5, log=lambda row: None)
     assert [r["compiler"] for r in rows] == ["graph", "frozen"]
     for row in rows:
-        # trained, far above chance (10%): 93.0% after 20 epochs on Zen 4, so with a margin for other CPUs
-        assert row["agreement_images"] == 359 and row["top1_float32"] >= 0.8
+        # trained, far above chance (10%): 71% after 8 epochs and 92% after 20 on a Xeon, so with
+        # a margin for other CPUs
+        assert row["agreement_images"] == 359 and row["top1_float32"] >= 0.6
         assert row["agreement_with_float32"] >= 1 - row["near_ties"]  # only near-ties can flip
         assert 0 < row["max_logit_error"] < 1.0 and abs(row["top1"] - row["top1_float32"]) <= 0.02
     text = report.markdown(_result(results=dict(agreement=rows)))
