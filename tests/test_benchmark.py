@@ -24,9 +24,9 @@ from keras_vit.benchmark import (
 torchvision_stub.install()  # before timm: see torchvision_stub.py
 
 TINY = dict(image_size=32, patch_size=8, hidden_size=64, num_layers=2, num_heads=4, mlp_dim=128, num_classes=10)
-# The suite's mechanics (narrowing, MFU) run uncompiled under PyTorch: torch.compile's CPU
-# build took about a minute per test there; test_torch_compiled_training_rows_on_a_tiny_model
-# (slow) keeps it.
+# The suite's mechanics (narrowing, MFU, the tiny model's rows) run uncompiled under PyTorch:
+# torch.compile's CPU build took about a minute per test there;
+# test_torch_compiled_inference_and_training_rows_on_a_tiny_model (slow) keeps it.
 MECHANICS_COMPILERS = ("graph",) if keras.backend.backend() == "torch" else ("xla",)
 
 
@@ -265,9 +265,8 @@ def test_a_narrowed_run_says_what_it_ran(monkeypatch):
 
 def test_inference_and_training_rows_on_a_tiny_model():
     logged = []
-    case = dict(
-        name="tiny",
-        model=TINY,
+    case = mechanics_case(
+        "tiny",
         batch=4,
         dtypes=("float32", "mixed_bfloat16"),
         timm_modes=("eager",),
@@ -294,9 +293,12 @@ def test_inference_and_training_rows_on_a_tiny_model():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(keras.backend.backend() != "torch", reason="the torch.compile training row")
-def test_torch_compiled_training_rows_on_a_tiny_model():
+@pytest.mark.skipif(keras.backend.backend() != "torch", reason="the torch.compile rows")
+def test_torch_compiled_inference_and_training_rows_on_a_tiny_model():
     # "xla" under PyTorch is torch.compile, whose CPU build takes about a minute here
+    case = dict(name="tiny", model=TINY, batch=4, dtypes=("float32",), compilers=("xla",))
+    (row,) = inference.run_case(case, (), repeats=5, log=lambda row: None)
+    assert row["compiler"] == "xla" and row["images_per_s"] > 0 and row["first_call_s"] > 0
     _training_rows(("xla",))
 
 
