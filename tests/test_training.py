@@ -912,12 +912,12 @@ def test_several_steps_per_execution_under_pytorch_are_refused_before_any_work(t
     assert not (tmp_path / "run").exists()
 
 
-def test_a_run_stopped_while_evaluating_evaluates_again_without_training_again(tmp_path, capsys, monkeypatch):
+def test_a_run_stopped_while_evaluating_evaluates_again_without_training_again(tmp_path, capsys, monkeypatch, small):
     from keras_vit.training import run
     from keras_vit.training.callbacks import Interrupted
 
     run_dir = tmp_path / "run"
-    args = ["train", "--epochs", "2", "--run-dir", str(run_dir), "--checkpoint-interval", "3600"]
+    args = ["train", "--config", small, "--epochs", "2", "--run-dir", str(run_dir), "--checkpoint-interval", "3600"]
 
     def interrupted(*args, **kwargs):
         # `kill` (SIGTERM) once both epochs are trained, while best.keras is evaluated
