@@ -1,5 +1,5 @@
-"""pytest set-up: full float32 matmuls on every backend, the tensorflow_only marker. Helpers that
-tests import live in helpers.py."""
+"""pytest set-up: full float32 matmuls on every backend, the tensorflow_only and
+backend_independent markers. Helpers that tests import live in helpers.py."""
 
 import keras
 import pytest
@@ -32,6 +32,9 @@ def pytest_collection_modifyitems(config, items):
     if keras.backend.backend() == "tensorflow":
         return
     skip = pytest.mark.skip(reason=f"needs the TensorFlow backend (this run: {keras.backend.backend()})")
+    once = pytest.mark.skip(reason="checks nothing the Keras backend changes: run in the TensorFlow pass")
     for item in items:
         if "tensorflow_only" in item.keywords:
             item.add_marker(skip)
+        elif "backend_independent" in item.keywords:
+            item.add_marker(once)

@@ -602,6 +602,7 @@ def test_datasheet_peaks_by_gpu_name():
     assert datasheet_bf16_tflops("Tesla T4") is None  # not listed: no datasheet MFU, not a guess
 
 
+@pytest.mark.backend_independent  # timm's modes, chosen from torch's measured rates
 @pytest.mark.parametrize("bf16_gflops, kept", [(1.2, ["eager"]), (90.0, ["eager", "eager_bf16"])])
 def test_timm_bf16_modes_left_out_where_torch_emulates_bf16(bf16_gflops, kept, monkeypatch):
     from keras_vit.benchmark import runner
@@ -847,6 +848,7 @@ def test_the_benchmark_command_drops_only_the_retracing_warning(caplog):
         logger.filters[:] = filters
 
 
+@pytest.mark.backend_independent
 def test_timm_imports_for_the_suite_in_a_fresh_process():
     """`--against timm` from the installed command: where torchvision's compiled ops do not load
     beside this torch (the dev environment's CUDA wheel), timm comes in over the stand-in."""

@@ -98,6 +98,7 @@ def test_grouped(shared, i):
 """
 
 
+@pytest.mark.backend_independent
 def test_xdist_groups_keep_their_tests_on_one_worker(tmp_path):
     """The suite's heavy module fixtures (a trained digits run, every export) are set up once
     because `--dist loadgroup` sends an `xdist_group` to one worker: with pytest 9.2 and
