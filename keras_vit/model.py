@@ -1,5 +1,7 @@
 """`ViT`: the Vision Transformer as a functional `keras.Model`."""
 
+import contextlib
+import gc
 import types
 import warnings
 
@@ -331,7 +333,8 @@ class ViT(_ImagesChecked, keras.Model):
         nothing to quantize. The quantized model saves to and loads from `.keras` files."""
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=r"Layer .* does not have a `quantize` method")
-            super().quantize(mode, **kwargs)
+            with _one_garbage_collection():
+                super().quantize(mode, **kwargs)
 
 
 def _quantized_layers(model):
@@ -348,11 +351,32 @@ def _quantize_layers(model, modes):
     """Quantizes the layers at the positions `_quantized_layers` wrote, so that the saved
     quantized variables load into them."""
     layers = list(model._flatten_layers(include_self=False))
-    for mode, positions in modes.items():
+    for positions in modes.values():
         for i in positions:
             if i >= len(layers) or not hasattr(layers[i], "quantize"):
                 raise ValueError(f"quantized_layers: no quantizable layer at position {i} of this model")
-            layers[i].quantize(mode)
+    with _one_garbage_collection():
+        for mode, positions in modes.items():
+            for i in positions:
+                layers[i].quantize(mode)
+
+
+@contextlib.contextmanager
+def _one_garbage_collection():
+    """One full garbage collection at the end instead of one per replaced variable. A Keras
+    layer's `quantize` collects after deleting each float kernel, and each of those passes visits
+    every object in the process: with TensorFlow loaded, most of the time a ViT takes to quantize
+    or to load quantized. The objects that exist before are frozen out of those passes
+    (`gc.freeze`), unless the caller has frozen objects itself."""
+    if gc.get_freeze_count():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        gc.collect()
 
 
 class _Parts:

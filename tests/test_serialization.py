@@ -1,3 +1,4 @@
+import gc
 import warnings
 
 import keras
@@ -80,10 +81,16 @@ def test_a_quantized_model_round_trips_through_a_keras_file_and_resized(tmp_path
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*does not have a `quantize` method")  # one per layer before
         model.quantize("int8")
+    assert gc.get_freeze_count() == 0  # the objects frozen out of Keras's collections meanwhile are back
     quantized = [layer.path for layer in model._flatten_layers() if getattr(layer, "quantization_mode", None)]
     assert "block_0/attention/qkv" in quantized and "head" in quantized
     model.save(tmp_path / "int8.keras")
-    restored = keras.saving.load_model(tmp_path / "int8.keras", safe_mode=True)
+    gc.freeze()  # a caller's frozen objects stay frozen
+    try:
+        restored = keras.saving.load_model(tmp_path / "int8.keras", safe_mode=True)
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
     assert [layer.path for layer in restored._flatten_layers() if layer.quantization_mode] == quantized
     assert restored.get_layer("head").kernel.dtype == "int8"
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(restored(x)), keras.ops.convert_to_numpy(model(x)))
