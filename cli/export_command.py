@@ -51,7 +51,8 @@ def add_parser(subparsers):
         nargs="+",
         metavar="MODE",
         choices=names.OPENVINO_MODES,
-        help="OpenVINO CPU inference precisions (default: float32, and bfloat16 where the CPU has AVX512_BF16 or AMX)",
+        help="OpenVINO CPU inference precisions (default: float32, and bfloat16 where the CPU has AVX512_BF16 or AMX); "
+        "int8: NNCF's int8 weights and activations, calibrated as LiteRT's int8",
     )
     parser.add_argument(
         "--quantize",

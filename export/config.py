@@ -43,7 +43,8 @@ class ExportConfig:
     default only for bfloat16) and/or `tflite_dir` (`{name}_{mode}.tflite` per mode of
     `modes`; `io_type`: the input/output type of the calibrated modes), `onnx_dir`
     (`{name}_{mode}.onnx` per mode of `onnx_modes`) and `openvino_dir` (`{name}_{mode}.xml` and
-    `.bin` per mode of `openvino_modes`; None: float32, and bfloat16 where the CPU has it).
+    `.bin` per mode of `openvino_modes`; None: float32, and bfloat16 where the CPU has it; int8,
+    NNCF's calibrated quantisation, when named).
     `prune` (sparsity in (0, 1)) and `cluster` (number of shared values): fine-tuned
     `finetune_epochs` through the tfmot bridge, exported as float32 and, with "int8" among
     `modes`, int8; `qat_epochs`: quantisation-aware fine-tuning, exported as int8. Checks:

@@ -49,8 +49,8 @@ def export(source, config=None, **options):
     if c.openvino_dir:
         from keras_vit.export import openvino_model
 
-        openvino_model.check_installed()
         openvino_modes = _openvino_modes(c.openvino_modes, openvino_model.cpu_modes())
+        openvino_model.check_installed(quantizing="int8" in openvino_modes)
     other_files = [(c.onnx_dir, f"{c.name}_{mode}.onnx") for mode in (c.onnx_modes if c.onnx_dir else ())]
     other_files += [
         (c.openvino_dir, f"{c.name}_{mode}{suffix}") for mode in openvino_modes for suffix in (".xml", ".bin")
@@ -61,6 +61,11 @@ def export(source, config=None, **options):
         raise ExportError(
             "the ONNX int8 mode needs calibration images: export a run directory, pass --dataset, or choose "
             "--onnx-quantize among float32 dynamic."
+        )
+    if "int8" in openvino_modes and source.calibration_images is None:
+        raise ExportError(
+            "the OpenVINO int8 mode needs calibration images: export a run directory, pass --dataset, or choose "
+            "--openvino-precision among float32 bfloat16."
         )
     if c.saved_model_dir:  # a version that exists, refused before any file is written (it was after the LiteRT files)
         serving.version_directory(c.saved_model_dir, c.name, c.version, c.overwrite)
@@ -237,11 +242,12 @@ def _variant(variant, value, source, bridge, epochs):
 
 
 def _openvino_modes(asked, native):
-    """The OpenVINO modes to write: `asked` (None: those the CPU runs natively, `native`);
-    ExportError for a mode the CPU lacks, whose file would not be checked as it runs."""
+    """The OpenVINO modes to write: `asked` (None: the precisions the CPU runs natively, `native`;
+    int8, which calibrates, when asked); ExportError for a precision the CPU lacks, whose file
+    would not be checked as it runs."""
     if asked is None:
         return native
-    if lacking := [mode for mode in asked if mode not in native]:
+    if lacking := [mode for mode in asked if mode not in native and mode != "int8"]:
         raise ExportError(
             f"this CPU has no native {lacking[0]} (OpenVINO finds no BF16: AVX512_BF16 or AMX), so its file could "
             "not be checked here; export it on such a CPU."
@@ -313,13 +319,15 @@ def _export_openvino(source, modes, directory, name, checks):
     def write_and_measure(staging):
         rows = []
         for mode in modes:
-            xml, weights = openvino_model.save(model, staging / f"{name}_{mode}.xml", mode, properties)
+            xml, weights = openvino_model.save(
+                model, staging / f"{name}_{mode}.xml", mode, properties, source.calibration_images
+            )
             runner = openvino_model.OpenVINOModel(xml, num_threads=threads)
             latency = report.median_ms(lambda runner=runner: runner.predict(images[:1]))
             data = xml.read_bytes() + weights.read_bytes()  # the size and gzip size of both files
             rows.append(
                 report.measure(
-                    f"{xml.name} (OpenVINO, {runner.precision})",
+                    f"{xml.name} (OpenVINO, {'int8' if mode == 'int8' else runner.precision})",
                     "openvino",
                     directory / xml.name,
                     data,

@@ -146,8 +146,9 @@ LITERT_MODES = ("float32", "float16", "dynamic", "int8", "int8-mixed", "int16x8"
 # (dynamic), and int8 weights and activations calibrated on training images (int8, QDQ format).
 ONNX_MODES = ("float32", "dynamic", "int8")
 # OpenVINO IR files by the CPU inference precision they record: float32, or bf16 matmuls (CPUs with
-# AVX512_BF16 or AMX; the default precision there would be bf16 for every file without the record).
-OPENVINO_MODES = ("float32", "bfloat16")
+# AVX512_BF16 or AMX; the default precision there would be bf16 for every file without the record);
+# int8: NNCF's int8 weights and activations calibrated on training images, the rest in float32.
+OPENVINO_MODES = ("float32", "bfloat16", "int8")
 # Exported files that hold one classifier each, by suffix: the runtime that answers from them
 # (`predict`, `evaluate`); an OpenVINO .xml file has its weights in the .bin beside it.
 EXPORTED_FILES = {".tflite": "LiteRT", ".onnx": "ONNX", ".xml": "OpenVINO"}

@@ -223,7 +223,7 @@ def test_onnx_and_openvino_files_pass_the_checks_and_carry_the_model(model_file,
         modes=("float32",),
         onnx_dir=str(directories["onnx"]),
         openvino_dir=str(directories["openvino"]),
-        openvino_modes=("float32",),
+        openvino_modes=("float32", "int8"),
     )
     rows = {row["artifact"]: row for row in export(source, config)["artifacts"]}
     assert set(rows) == {
@@ -232,11 +232,12 @@ def test_onnx_and_openvino_files_pass_the_checks_and_carry_the_model(model_file,
         "vit_dynamic.onnx",
         "vit_int8.onnx",
         "vit_float32.xml (OpenVINO, f32)",
+        "vit_int8.xml (OpenVINO, int8)",
     }
     for name in ("vit_float32.onnx", "vit_float32.xml (OpenVINO, f32)"):
         assert rows[name]["agreement"] == 1.0 and rows[name]["max_prob_diff"] < 1e-5, rows[name]
-    for name in ("vit_dynamic.onnx", "vit_int8.onnx"):  # random weights, 6 images: a trained model's in test_journey
-        assert rows[name]["agreement"] >= 4 / 6, rows[name]
+    for name in ("vit_dynamic.onnx", "vit_int8.onnx", "vit_int8.xml (OpenVINO, int8)"):
+        assert rows[name]["agreement"] >= 4 / 6, rows[name]  # random weights, 6 images: trained in test_journey
     assert "MatMulInteger" in rows["vit_dynamic.onnx"]["ops"] and "QuantizeLinear" in rows["vit_int8.onnx"]["ops"]
     # layer norms as opset 17's LayerNormalization, and GELUs in the form ONNX Runtime fuses
     assert (
@@ -247,7 +248,7 @@ def test_onnx_and_openvino_files_pass_the_checks_and_carry_the_model(model_file,
         "Gelu",
         "LayerNormalization",
     }
-    for file in ("onnx/vit_int8.onnx", "openvino/vit_float32.xml"):
+    for file in ("onnx/vit_int8.onnx", "openvino/vit_float32.xml", "openvino/vit_int8.xml"):
         loaded = load_exported(tmp_path / file)
         assert loaded.labels == source.labels and loaded.data_split is None
         probabilities = loaded.probabilities([np.uint8(p) for p in pixels[:2]])
@@ -257,7 +258,7 @@ def test_onnx_and_openvino_files_pass_the_checks_and_carry_the_model(model_file,
     for folder, files in (
         ("tflite", ["vit_float32.tflite"]),
         ("onnx", ["vit_dynamic.onnx", "vit_float32.onnx", "vit_int8.onnx"]),
-        ("openvino", ["vit_float32.bin", "vit_float32.xml"]),
+        ("openvino", ["vit_float32.bin", "vit_float32.xml", "vit_int8.bin", "vit_int8.xml"]),
     ):
         lines = (directories[folder] / "SHA256SUMS").read_text().splitlines()
         digests = [hashlib.sha256((directories[folder] / f).read_bytes()).hexdigest() for f in files]
@@ -311,6 +312,11 @@ def test_a_damaged_exported_file_is_refused_in_one_line(model_file, tmp_path, ca
             "tf2onnx",
             'OpenVINO files need tf2onnx, which is not installed: pip install "keras3-vit[openvino]"',
         ),
+        (  # the int8 file only
+            "--openvino-precision int8 --openvino",
+            "nncf",
+            'OpenVINO files need nncf, which is not installed: pip install "keras3-vit[openvino]"',
+        ),
     ],
 )
 def test_a_missing_runtime_is_named_in_one_line(model_file, tmp_path, export_cli, monkeypatch, flag, package, line):
@@ -318,9 +324,20 @@ def test_a_missing_runtime_is_named_in_one_line(model_file, tmp_path, export_cli
 
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == package else find_spec(name, *a))
-    status, last = export_cli(model_file, flag, tmp_path / "out")
+    status, last = export_cli(model_file, *flag.split(), tmp_path / "out")
     assert status == 2 and last == f"keras-vit export: error: {line}."
     assert not (tmp_path / "out").exists()
+    if package == "nncf":  # the float32 file needs no NNCF
+        assert export_cli(model_file, "--openvino", tmp_path / "out", "--openvino-precision", "float32")[0] == 0
+
+
+def test_the_openvino_int8_file_without_calibration_images_is_refused_before_any_file(model_file, tmp_path):
+    from keras_vit.export import ExportConfig, ExportError, export, load_source
+
+    config = ExportConfig(openvino_dir=str(tmp_path / "openvino"), openvino_modes=("float32", "int8"))
+    with pytest.raises(ExportError, match="the OpenVINO int8 mode needs calibration images: export a run directory"):
+        export(load_source(model_file), config)
+    assert not (tmp_path / "openvino").exists()
 
 
 def test_onnx_and_openvino_files_given_where_a_model_is_needed_are_named(tmp_path):
