@@ -85,7 +85,10 @@ def docs():
 def test(pytest_args):
     """ruff, then the whole suite under TensorFlow, then the backend-agnostic tests under JAX and
     PyTorch (all of them, whatever ruff says)."""
-    base = [PYTHON, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-p", "no:cacheprovider", "--durations=15"]
+    # A test worker that dies fails the test it ran and ends the pass: pytest-xdist's replacement
+    # workers once left a run waiting until it was killed.
+    base = [PYTHON, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "--max-worker-restart=0"]
+    base += ["-p", "no:cacheprovider", "--durations=15"]
     marks = pytest_args if any(a.startswith("-m") for a in pytest_args) else ["-m", "not slow", *pytest_args]
     status = lint()
     status |= run(*base, *marks, env=test_env("tensorflow"))

@@ -223,7 +223,7 @@ def test_onnx_and_openvino_files_pass_the_checks_and_carry_the_model(model_file,
         modes=("float32",),
         onnx_dir=str(directories["onnx"]),
         openvino_dir=str(directories["openvino"]),
-        openvino_modes=("float32", "int8"),
+        openvino_modes=("float32",),
     )
     rows = {row["artifact"]: row for row in export(source, config)["artifacts"]}
     assert set(rows) == {
@@ -232,12 +232,11 @@ def test_onnx_and_openvino_files_pass_the_checks_and_carry_the_model(model_file,
         "vit_dynamic.onnx",
         "vit_int8.onnx",
         "vit_float32.xml (OpenVINO, f32)",
-        "vit_int8.xml (OpenVINO, int8)",
     }
     for name in ("vit_float32.onnx", "vit_float32.xml (OpenVINO, f32)"):
         assert rows[name]["agreement"] == 1.0 and rows[name]["max_prob_diff"] < 1e-5, rows[name]
-    for name in ("vit_dynamic.onnx", "vit_int8.onnx", "vit_int8.xml (OpenVINO, int8)"):
-        assert rows[name]["agreement"] >= 4 / 6, rows[name]  # random weights, 6 images: trained in test_journey
+    for name in ("vit_dynamic.onnx", "vit_int8.onnx"):  # random weights, 6 images: a trained model's in test_journey
+        assert rows[name]["agreement"] >= 4 / 6, rows[name]
     assert "MatMulInteger" in rows["vit_dynamic.onnx"]["ops"] and "QuantizeLinear" in rows["vit_int8.onnx"]["ops"]
     # layer norms as opset 17's LayerNormalization, and GELUs in the form ONNX Runtime fuses
     assert (
@@ -248,7 +247,7 @@ def test_onnx_and_openvino_files_pass_the_checks_and_carry_the_model(model_file,
         "Gelu",
         "LayerNormalization",
     }
-    for file in ("onnx/vit_int8.onnx", "openvino/vit_float32.xml", "openvino/vit_int8.xml"):
+    for file in ("onnx/vit_int8.onnx", "openvino/vit_float32.xml"):
         loaded = load_exported(tmp_path / file)
         assert loaded.labels == source.labels and loaded.data_split is None
         probabilities = loaded.probabilities([np.uint8(p) for p in pixels[:2]])
@@ -258,7 +257,7 @@ def test_onnx_and_openvino_files_pass_the_checks_and_carry_the_model(model_file,
     for folder, files in (
         ("tflite", ["vit_float32.tflite"]),
         ("onnx", ["vit_dynamic.onnx", "vit_float32.onnx", "vit_int8.onnx"]),
-        ("openvino", ["vit_float32.bin", "vit_float32.xml", "vit_int8.bin", "vit_int8.xml"]),
+        ("openvino", ["vit_float32.bin", "vit_float32.xml"]),
     ):
         lines = (directories[folder] / "SHA256SUMS").read_text().splitlines()
         digests = [hashlib.sha256((directories[folder] / f).read_bytes()).hexdigest() for f in files]
