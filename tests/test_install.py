@@ -177,8 +177,8 @@ def test_installed_inspect_and_the_optional_packages_from_the_package(installed)
 
 @pytest.mark.slow
 def test_installed_onnx_and_openvino_extras_export_and_predict(built, installed):
-    """The onnx and openvino extras from the wheel (about 100 MB of packages) export the digits run
-    and answer `predict`."""
+    """The onnx and openvino extras from the wheel (about 100 MB of packages, NNCF's int8 included)
+    export the digits run and answer `predict`."""
     _, wheel = built
     home, bin_dir, env = installed
     constraints = ROOT / "requirements" / "constraints.txt"
@@ -209,13 +209,15 @@ def test_installed_onnx_and_openvino_extras_export_and_predict(built, installed)
         home / "openvino",
         "--openvino-precision",
         "float32",
+        "int8",
         env=env,
     )
-    assert "| vit_int8.onnx |" in exported.stdout and "| vit_float32.xml (OpenVINO, f32) |" in exported.stdout
+    for row in ("vit_int8.onnx", "vit_float32.xml (OpenVINO, f32)", "vit_int8.xml (OpenVINO, int8)"):
+        assert f"| {row} |" in exported.stdout, row
     digit = home / "digit.png"
     from PIL import Image
 
     Image.new("RGB", (8, 8)).save(digit)
-    for model in (home / "onnx" / "vit_int8.onnx", home / "openvino" / "vit_float32.xml"):
+    for model in (home / "onnx" / "vit_int8.onnx", home / "openvino" / "vit_int8.xml"):
         answer = run(keras_vit, "predict", model, digit, "--json", env=env).stdout
         assert len(json.loads(answer)["top_k"]) == 5
