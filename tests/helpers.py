@@ -82,3 +82,16 @@ def perturbed_torch(module, seed=0):
 def max_diff(model, expected, pixels):
     """The largest absolute difference between `model(pixels)` and a reference's `expected` outputs."""
     return float(np.abs(keras.ops.convert_to_numpy(model(pixels)) - expected).max())
+
+
+def jax_devices_env(devices, base=None):
+    """The environment of a fresh JAX process on `devices` virtual CPU devices: `base` (default
+    os.environ, less TF_USE_LEGACY_KERAS) with the device count added to its XLA_FLAGS, so the
+    test run's own XLA flags (dev.py's) reach the process too."""
+    import os
+
+    env = {k: v for k, v in (os.environ if base is None else base).items() if k != "TF_USE_LEGACY_KERAS"}
+    flags = env.get("XLA_FLAGS", "").split()
+    flags = [f for f in flags if not f.startswith("--xla_force_host_platform_device_count=")]
+    env.update(KERAS_BACKEND="jax", XLA_FLAGS=" ".join([*flags, f"--xla_force_host_platform_device_count={devices}"]))
+    return env

@@ -17,6 +17,7 @@ import keras
 import numpy as np
 import pytest
 import yaml
+from helpers import jax_devices_env
 
 import keras_vit
 
@@ -28,9 +29,7 @@ TINY = dict(image_size=16, patch_size=4, hidden_size=32, num_layers=2, num_heads
 
 
 def _env(devices):
-    env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS" and not k.startswith("KERAS_DISTRIBUTION")}
-    env.update(KERAS_BACKEND="jax", XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
-    return env
+    return jax_devices_env(devices, {k: v for k, v in os.environ.items() if not k.startswith("KERAS_DISTRIBUTION")})
 
 
 def _python(code, devices):

@@ -13,7 +13,7 @@ import time
 import keras
 import numpy as np
 import pytest
-from helpers import write_image_folder
+from helpers import jax_devices_env, write_image_folder
 
 import keras_vit
 from keras_vit.training import TrainConfig, fit
@@ -156,7 +156,7 @@ def _data_parallel(tmp_path, name, env, extra, prelude=""):
 @pytest.mark.slow  # two fresh processes: about a minute
 @pytest.mark.skipif(keras.backend.backend() != "jax", reason="Keras DataParallel on virtual JAX devices")
 def test_probe_and_layer_decay_train_data_parallel_on_two_jax_devices(tmp_path):
-    env = {"KERAS_BACKEND": "jax", "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    env = jax_devices_env(2)
     probe, probe_log = _data_parallel(tmp_path, "probe", env, {})
     decay, decay_log = _data_parallel(tmp_path, "decay", env, {})
     assert "DataParallel" in probe_log and "linear probe (backbone frozen)" in probe_log

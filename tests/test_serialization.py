@@ -74,7 +74,18 @@ def test_frozen_layers_stay_frozen_through_a_keras_file_with_the_optimizer_state
     assert "frozen_layers" not in keras_vit.ViT(tiny_config()).get_config()  # files as before when none is
 
 
-def test_a_quantized_model_round_trips_through_a_keras_file_and_resized(tmp_path):
+@pytest.fixture
+def nothing_frozen():
+    """No object frozen out of the garbage collector's passes during the test (conftest.py
+    freezes the imports' objects), as in a user's process; frozen again after it."""
+    frozen = gc.get_freeze_count()
+    gc.unfreeze()
+    yield
+    if frozen:
+        gc.freeze()
+
+
+def test_a_quantized_model_round_trips_through_a_keras_file_and_resized(tmp_path, nothing_frozen):
     # from_config rebuilt float layers, which refused the saved int8 kernels and scales
     model = perturb(keras_vit.ViT(tiny_config()))
     x = images()

@@ -12,7 +12,7 @@ import time
 import keras
 import numpy as np
 import pytest
-from helpers import write_image_folder
+from helpers import jax_devices_env, write_image_folder
 
 from keras_vit.training import TrainConfig, evaluate, fit
 from keras_vit.training.strategy import make_placement
@@ -117,8 +117,7 @@ def test_jax_data_parallel_counts_every_held_out_example_once(devices, model_par
 
 
 def _python(code, devices):
-    env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
-    env.update(KERAS_BACKEND="jax", XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
+    env = jax_devices_env(devices)
     script = "import json, logging\nlogging.basicConfig(level=logging.INFO)\n" + textwrap.dedent(code)
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
