@@ -1,5 +1,7 @@
 """Helpers the tests import: a tiny config, weight perturbation, images."""
 
+import os
+
 import keras
 import numpy as np
 
@@ -88,8 +90,6 @@ def jax_devices_env(devices, base=None):
     """The environment of a fresh JAX process on `devices` virtual CPU devices: `base` (default
     os.environ, less TF_USE_LEGACY_KERAS) with the device count added to its XLA_FLAGS, so the
     test run's own XLA flags (dev.py's) reach the process too."""
-    import os
-
     env = {k: v for k, v in (os.environ if base is None else base).items() if k != "TF_USE_LEGACY_KERAS"}
     flags = env.get("XLA_FLAGS", "").split()
     flags = [f for f in flags if not f.startswith("--xla_force_host_platform_device_count=")]
